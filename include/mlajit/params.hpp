@@ -1,0 +1,125 @@
+#pragma once
+// Parameter structs of every op (SPEC.md). Each has validate() (throws Error naming the field,
+// the bad value and the allowed set), JSON round trip (unknown fields are rejected so a typo in
+// a config never silently falls back to a default), and a canonical string.
+//
+// Compile-time parameters are what the generated kernel is specialized on. Sizes that vary per
+// call (token counts, batch, number of blocks) are run-time arguments, not params.
+#include <string>
+#include <variant>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "mlajit/dtype.hpp"
+
+namespace mlajit {
+
+enum class ScaleFmt { fp32, ue8m0 };  // fp32: s = amax/448; ue8m0: s rounded up to a power of 2
+enum class Mask { none, causal };
+enum class IndexEmit { logical, physical };
+
+// SPEC §1. The paged KV cache layout:
+//   blocks [num_blocks, kv_dim, num_layers, page_size, num_heads, head_size] of dtype
+//   scales [num_blocks, kv_dim, num_layers, page_size, num_heads, head_dim_granularity] f32
+struct PagedKVCacheParams {
+  DType dtype = DType::bf16;        // bf16 | f16 | f32 | fp8_e4m3
+  int num_heads = 1;
+  int head_size = 576;
+  int page_size = 64;
+  bool is_mla = true;               // kv_dim = 1 if true, else 2 (K then V)
+  int num_layers = 1;
+  int quantization_granularity = 0; // fp8 only: elements sharing one scale (0 = head_size)
+  ScaleFmt scale_fmt = ScaleFmt::fp32;
+
+  bool quantized() const { return dtype == DType::fp8_e4m3; }
+  int kv_dim() const { return is_mla ? 1 : 2; }
+  int granularity() const { return quantization_granularity > 0 ? quantization_granularity : head_size; }
+  int head_dim_granularity() const { return (head_size + granularity() - 1) / granularity(); }
+  void validate(const std::string& field_prefix = "params") const;
+};
+
+// kv_cache_store: x[T, num_heads, head_size] (input_dtype) -> cache at each token's logical slot.
+struct KvCacheStoreParams {
+  PagedKVCacheParams cache;
+  DType input_dtype = DType::bf16;  // bf16 | f16 | f32
+  int threads = 128;                // tuning knob: threads per block (64..1024, multiple of 32)
+  void validate() const;
+};
+
+// kv_cache_gather: dense y[T', num_heads, head_size] (output_dtype) of (batch, position) pairs.
+struct KvCacheGatherParams {
+  PagedKVCacheParams cache;
+  DType output_dtype = DType::bf16;  // bf16 | f32
+  int threads = 128;
+  void validate() const;
+};
+
+// sparse_index_remap: logical top-k positions -> encoded indices (block * page_size + offset).
+struct SparseIndexRemapParams {
+  int page_size = 64;
+  int threads = 256;
+  void validate() const;
+};
+
+// SPEC §2: the lightning indexer (FP8 scores over the paged K cache fused with exact top-k).
+struct MlaIndexerParams {
+  int num_heads = 64;               // 32 | 64 | 128
+  int depth = 128;                  // 128
+  int top_k = 2048;                 // 1..4096
+  int page_size = 64;
+  int quantization_granularity = 128;  // >= depth: one k scale per token
+  Mask mask = Mask::causal;
+  IndexEmit emit = IndexEmit::logical;
+  // tuning knobs
+  int block_q = 0;                  // query tokens per score tile (0 = heuristic)
+  int block_kv = 0;                 // keys per score tile (0 = heuristic)
+  int num_stages = 0;               // K-tile pipeline depth (0 = heuristic)
+  void validate() const;
+};
+
+// SPEC §3: sparse MLA prefill over top-k encoded indices.
+struct SparsePrefillParams {
+  DType qkv_dtype = DType::bf16;    // bf16
+  DType kv_dtype = DType::bf16;     // bf16 | fp8_e4m3
+  int num_q_heads = 128;            // 16..128, multiple of 16
+  int qk_depth = 576;
+  int v_depth = 512;
+  int b_topk = 64;                  // 64 | 128
+  int page_size = 64;
+  int scale_block_size = 0;         // fp8 only: 0 = unit scales, else divides 576
+  bool attn_sink = false;
+  bool emit_lse = true;
+  DType output_dtype = DType::bf16; // bf16
+  // tuning knobs
+  int num_stages = 0;               // gather pipeline depth (0 = heuristic)
+  void validate() const;
+  int scales_per_token() const {
+    return scale_block_size > 0 ? (qk_depth + scale_block_size - 1) / scale_block_size : 0;
+  }
+};
+
+enum class Op { kv_cache_store, kv_cache_gather, sparse_index_remap, mla_indexer, sparse_prefill };
+std::string_view op_name(Op op);
+Op parse_op(std::string_view name, const std::string& field = "op");
+
+using OpParams = std::variant<KvCacheStoreParams, KvCacheGatherParams, SparseIndexRemapParams,
+                              MlaIndexerParams, SparsePrefillParams>;
+
+// One kernel of a config: an op and its params.
+struct KernelSpec {
+  OpParams params;
+  Op op() const;
+  void validate() const;
+  // "op {sorted params json}": equal specs give equal strings, different specs different strings.
+  std::string canonical() const;
+  // Short human-readable name, e.g. "kv_cache_store_fp8_e4m3_h1_d128_p64_g128_ue8m0".
+  std::string name() const;
+};
+
+// JSON. from_json validates and rejects unknown fields; errors name the JSON path.
+nlohmann::json to_json(const KernelSpec& spec);  // {"op": ..., "params": {...}}
+KernelSpec kernel_spec_from_json(const nlohmann::json& j, const std::string& path = "kernel");
+nlohmann::json params_to_json(const OpParams& p);
+OpParams params_from_json(Op op, const nlohmann::json& j, const std::string& path = "params");
+
+}  // namespace mlajit

@@ -1,0 +1,61 @@
+#include "mlajit/tensor.hpp"
+
+#include "mlajit/error.hpp"
+
+namespace mlajit {
+
+TensorView::TensorView(void* ptr, DType t, const int64_t* dims, int n) : data(ptr), dtype(t), ndim(n) {
+  if (n < 0 || n > kMaxDims) throw_invalid("tensor rank", n, fmt::format("0..{}", kMaxDims));
+  int64_t stride = 1;
+  for (int d = n - 1; d >= 0; --d) {
+    if (dims[d] < 0) throw_invalid(fmt::format("tensor dim {}", d), dims[d], "a non-negative size");
+    shape[d] = dims[d];
+    strides[d] = stride;
+    stride *= dims[d];
+  }
+}
+
+TensorView::TensorView(void* ptr, DType t, std::initializer_list<int64_t> dims)
+    : TensorView(ptr, t, dims.begin(), static_cast<int>(dims.size())) {}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; ++d) n *= shape[d];
+  return n;
+}
+
+bool TensorView::is_contiguous() const {
+  int64_t stride = 1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    if (shape[d] != 1 && strides[d] != stride) return false;
+    stride *= shape[d];
+  }
+  return true;
+}
+
+std::string TensorView::describe() const {
+  std::string s = fmt::format("{}[", dtype_name(dtype));
+  for (int d = 0; d < ndim; ++d) s += fmt::format("{}{}", d ? ", " : "", shape[d]);
+  s += "]";
+  if (!is_contiguous()) s += " strided";
+  return s;
+}
+
+void expect_dtype(const TensorView& t, DType dt, const char* what) {
+  if (t.dtype != dt) throw_invalid(fmt::format("{} dtype", what), dtype_name(t.dtype), dtype_name(dt));
+}
+void expect_ndim(const TensorView& t, int ndim, const char* what) {
+  if (t.ndim != ndim) throw_invalid(fmt::format("{} rank", what), t.describe(), fmt::format("{} dims", ndim));
+}
+void expect_dim(const TensorView& t, int d, int64_t size, const char* what) {
+  if (d >= t.ndim || t.shape[d] != size)
+    throw_invalid(fmt::format("{} dim {}", what, d), t.describe(), fmt::format("size {} in dim {}", size, d));
+}
+void expect_contiguous(const TensorView& t, const char* what) {
+  if (!t.is_contiguous()) throw_invalid(fmt::format("{} layout", what), t.describe(), "a contiguous tensor");
+}
+void expect_nonnull(const TensorView& t, const char* what) {
+  if (t.data == nullptr && t.numel() > 0) throw_invalid(what, "a null pointer", "a device pointer");
+}
+
+}  // namespace mlajit
