@@ -359,10 +359,10 @@ std::string KernelSpec::canonical() const {
 }
 
 std::string KernelSpec::name() const {
+  const std::string op(op_name(this->op()));
   return std::visit(
       [&](const auto& p) -> std::string {
         using T = std::decay_t<decltype(p)>;
-        std::string op(op_name(op()));
         if constexpr (std::is_same_v<T, KvCacheStoreParams> || std::is_same_v<T, KvCacheGatherParams>) {
           const auto& c = p.cache;
           std::string s = fmt::format("{}_{}_{}_h{}_d{}_p{}", op, c.is_mla ? "mla" : "mha", dtype_name(c.dtype),
@@ -383,6 +383,52 @@ std::string KernelSpec::name() const {
         }
       },
       params);
+}
+
+// ---- structural hash / equality (infra: runtime memory cache) -----------------------------------
+namespace {
+
+// Flattens every field of a params struct into integers, in the order of the field lists above.
+struct FieldFlattener {
+  static constexpr int kMax = 32;
+  int64_t v[kMax];
+  int n = 0;
+  void push(int64_t x) {
+    if (n < kMax) v[n] = x;
+    ++n;  // an overflow is caught below: the field lists are far shorter than kMax
+  }
+  void operator()(const char*, const int& x) { push(x); }
+  void operator()(const char*, const bool& x) { push(x ? 1 : 0); }
+  template <typename E>
+  void operator()(const char*, const E& x) { push(static_cast<int64_t>(x)); }
+};
+
+FieldFlattener flatten(const OpParams& p) {
+  FieldFlattener f;
+  visit_any(const_cast<OpParams&>(p), f);
+  if (f.n > FieldFlattener::kMax) throw Error(ErrorKind::Internal, "params struct has more fields than FieldFlattener::kMax");
+  return f;
+}
+
+}  // namespace
+
+size_t KernelSpec::hash() const {
+  FieldFlattener f = flatten(params);
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(params.index());
+  for (int i = 0; i < f.n; ++i) {
+    h ^= static_cast<uint64_t>(f.v[i]) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    h *= 0xFF51AFD7ED558CCDull;
+  }
+  return static_cast<size_t>(h ^ (h >> 29));
+}
+
+bool KernelSpec::operator==(const KernelSpec& o) const {
+  if (params.index() != o.params.index()) return false;
+  FieldFlattener a = flatten(params), b = flatten(o.params);
+  if (a.n != b.n) return false;
+  for (int i = 0; i < a.n; ++i)
+    if (a.v[i] != b.v[i]) return false;
+  return true;
 }
 
 }  // namespace mlajit

@@ -40,6 +40,11 @@ struct TemplateFile {
   std::string content;
 };
 const std::vector<TemplateFile>& templates();
+// Switches the template source to the files under `dir` (*.cuh, *.h, recursively); an empty
+// string switches back to the embedded copies. Earlier TemplateFile pointers stay valid.
+void set_template_dir(const std::string& dir);
+// The template at `path` (e.g. "common/convert.cuh"), or nullptr.
+const TemplateFile* find_template(const std::string& path);
 // The templates `code` includes (by `#include "..."`), transitively, sorted by path.
 std::vector<const TemplateFile*> included_templates(const std::string& code);
 // `code` with every template include expanded in place (a self-contained file for nvcc / dumps).

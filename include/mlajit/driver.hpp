@@ -71,5 +71,35 @@ class EventTimer {
 
 Stream create_stream();
 void destroy_stream(Stream s);
+void stream_synchronize(Stream s);
+
+// ---- modules and launches (the runtime's building blocks; tests use them for raw baselines) ----
+using Function = void*;  // a CUfunction
+
+// A module loaded from a CUBIN image into the current context (cuModuleLoadData). Move-only;
+// unloads on destruction.
+class Module {
+ public:
+  explicit Module(const std::string& cubin);
+  ~Module();
+  Module(Module&& o) noexcept : mod_(o.mod_) { o.mod_ = nullptr; }
+  Module& operator=(Module&& o) noexcept;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  // cuModuleGetFunction; throws Error(Driver) naming the symbol when absent.
+  Function function(const std::string& symbol) const;
+
+ private:
+  void* mod_ = nullptr;
+};
+
+// Raises CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (needed for more than 48 KB).
+void set_max_dynamic_smem(Function f, unsigned bytes);
+// cuLaunchKernelEx with `args` (a by-value struct) as kernelParams[0].
+void launch(Function f, const unsigned grid[3], const unsigned block[3], unsigned smem_bytes, Stream s,
+            const void* args);
+// The same launch through plain cuLaunchKernel: the baseline that runtime overhead is measured against.
+void launch_raw(Function f, const unsigned grid[3], const unsigned block[3], unsigned smem_bytes, Stream s,
+                const void* args);
 
 }  // namespace mlajit::driver

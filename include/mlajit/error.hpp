@@ -4,6 +4,7 @@
 // and to the CLI's exit code.
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -31,7 +32,7 @@ class Error : public std::runtime_error {
 
 // "<what>: got <value>, expected <expected>" for invalid arguments.
 template <typename V>
-[[noreturn]] void throw_invalid(const std::string& what, const V& value, const std::string& expected) {
+[[noreturn]] void throw_invalid(std::string_view what, const V& value, std::string_view expected) {
   throw Error(ErrorKind::InvalidArgument, fmt::format("{}: got {}, expected {}", what, value, expected));
 }
 

@@ -40,8 +40,10 @@ void sparse_index_remap(const SparseIndexRemapParams& p, const TensorView& indic
                         const TensorView& out, Stream stream = nullptr);
 
 // SPEC §2 mla_indexer. q fp8[T, H, D], qs f32[T, H], input_row_offsets u32[B+1], k_cache with
-// num_heads 1, head_size D, is_mla; out i32[T, top_k]. `workspace` is device scratch of at least
-// mla_indexer_workspace_bytes(...) bytes (its bound is documented there).
+// num_heads 1, head_size D, is_mla; out i32[T, top_k]. `workspace` is device scratch (16-byte
+// aligned): mla_indexer_workspace_bytes(...) bytes run the fewest chunks (at most 128 MiB, or one
+// score row of round_up(max_keys_per_seq, 4) floats if that is larger); any size of at least one
+// score row works, in more chunks. Keys past max_keys_per_seq are treated as not visible.
 size_t mla_indexer_workspace_bytes(const MlaIndexerParams& p, int64_t total_tokens, int64_t max_keys_per_seq);
 void mla_indexer(const MlaIndexerParams& p, const TensorView& q, const TensorView& qs,
                  const TensorView& input_row_offsets, const PagedCacheView& k_cache, int layer_idx,

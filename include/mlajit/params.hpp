@@ -114,6 +114,11 @@ struct KernelSpec {
   std::string canonical() const;
   // Short human-readable name, e.g. "kv_cache_store_fp8_e4m3_h1_d128_p64_g128_ue8m0".
   std::string name() const;
+  // Structural hash and equality over the op and every params field, built from the same field
+  // lists as the JSON; no strings are formed (the runtime's memory-cache hot path uses them).
+  size_t hash() const;
+  bool operator==(const KernelSpec& o) const;
+  bool operator!=(const KernelSpec& o) const { return !(*this == o); }
 };
 
 // JSON. from_json validates and rejects unknown fields; errors name the JSON path.

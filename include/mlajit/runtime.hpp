@@ -3,6 +3,7 @@
 // (per spec and device, single flight) -> disk cache -> NVRTC compile (then disk put) -> module
 // load through the driver. Thread-safe; the hot path (a memory hit) takes no global lock for long.
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -29,17 +30,41 @@ class Kernel {
   void launch(int entry, const LaunchDims& dims, Stream stream, const Args& args) const {
     launch(entry, dims, stream, &args, sizeof(Args));
   }
+  // The CUfunction of entry `entry` (for raw-launch baselines and external launchers).
+  virtual void* function(int entry) const = 0;
+  // Target the cubin was built for and its cache key.
+  virtual const std::string& arch() const = 0;
+  virtual const std::string& cache_key() const = 0;
+};
+
+class DiskCache;
+
+// Construction options of a non-global runtime (tests, embedders with their own cache policy).
+struct RuntimeOptions {
+  // Source generator; empty: mlajit::generate. Tests plug hand-written kernels in here.
+  std::function<KernelSource(const KernelSpec&)> codegen;
+  // Disk cache; empty: DiskCache::default_cache() (the environment's). Ignored when disabled.
+  std::shared_ptr<DiskCache> disk_cache;
+  bool disk_cache_enabled = true;  // false: never read or write the disk cache
 };
 
 struct CompileStats;  // see compiler.hpp
 
 class Runtime {
  public:
+  // The process-wide runtime: mlajit::generate, the environment's disk cache (unless
+  // MLAJIT_DISABLE_DISK_CACHE). Never destroyed (modules stay loaded until process exit).
   static Runtime& global();
+  static std::unique_ptr<Runtime> create(RuntimeOptions options = {});
   virtual ~Runtime() = default;
   // The kernel for `spec` on the current device (primary context of MLAJIT device / current
   // context). Compiles at most once per key across threads.
   virtual std::shared_ptr<const Kernel> get(const KernelSpec& spec) = 0;
+  // Builds (disk cache -> NVRTC) and loads an already generated source on the current device,
+  // bypassing the memory cache: every call loads a new module.
+  virtual std::shared_ptr<const Kernel> load_source(const KernelSource& src) = 0;
+  // Kernels held in the memory cache.
+  virtual size_t cached_kernels() const = 0;
   // Number of SMs of the current device (cached).
   virtual int sm_count() = 0;
   // Target architecture of the current device, e.g. "sm_90a".

@@ -1,0 +1,105 @@
+/* mlajit C API: opaque handles, status codes and a thread-local last-error string, so that Python
+ * (ctypes) or any serving process can specialize, compile and launch the ops with raw device
+ * pointers. Every function returns an mlajit_status; on failure mlajit_last_error() says what was
+ * wrong, the value and what was expected. Nothing here synchronizes the stream.
+ *
+ *   mlajit_op op;
+ *   if (mlajit_op_create("{\"op\":\"kv_cache_store\",\"params\":{\"dtype\":\"fp8_e4m3\",...}}", &op))
+ *     fprintf(stderr, "%s\n", mlajit_last_error());
+ *   mlajit_tensor x = {x_ptr, MLAJIT_BF16, 3, {T, 1, 576}};
+ *   mlajit_kv_cache_store(op, &x, &offsets, &cache, layer, 0, NULL, stream);
+ */
+#ifndef MLAJIT_C_API_H
+#define MLAJIT_C_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mlajit_status {
+  MLAJIT_OK = 0,
+  MLAJIT_ERROR_INVALID_ARGUMENT = 1, /* bad params, JSON, shapes, dtypes */
+  MLAJIT_ERROR_COMPILE = 2,          /* NVRTC rejected the generated source */
+  MLAJIT_ERROR_DRIVER = 3,           /* no CUDA driver/device, or a driver call failed */
+  MLAJIT_ERROR_CACHE = 4,            /* cache directory unusable or refused */
+  MLAJIT_ERROR_IO = 5,
+  MLAJIT_ERROR_INTERNAL = 6
+} mlajit_status;
+
+typedef enum mlajit_dtype {
+  MLAJIT_F32 = 0,
+  MLAJIT_F16 = 1,
+  MLAJIT_BF16 = 2,
+  MLAJIT_FP8_E4M3 = 3,
+  MLAJIT_U32 = 4,
+  MLAJIT_I32 = 5
+} mlajit_dtype;
+
+#define MLAJIT_MAX_DIMS 6
+
+/* A tensor view. strides are in elements; all-zero strides mean contiguous row-major. A NULL
+ * mlajit_tensor pointer is an absent optional argument. */
+typedef struct mlajit_tensor {
+  void* data;
+  int32_t dtype; /* mlajit_dtype */
+  int32_t ndim;
+  int64_t shape[MLAJIT_MAX_DIMS];
+  int64_t strides[MLAJIT_MAX_DIMS];
+} mlajit_tensor;
+
+/* The paged cache of SPEC §1. scales may be NULL when the cache is not fp8; lookup_table and
+ * cache_lengths may be NULL for ops that do not read them (sparse_prefill). */
+typedef struct mlajit_paged_cache {
+  const mlajit_tensor* blocks;
+  const mlajit_tensor* scales;
+  const mlajit_tensor* lookup_table;
+  const mlajit_tensor* cache_lengths;
+} mlajit_paged_cache;
+
+/* An op specialized on its params: {"op": "...", "params": {...}} (the JSON of a config entry,
+ * without "sweep"). Creation validates; the kernel is compiled (or loaded from the disk cache) on
+ * first launch, or eagerly with mlajit_op_load. */
+typedef struct mlajit_op_s* mlajit_op;
+
+const char* mlajit_version(void);
+/* The last error of the calling thread ("" if none). Valid until the next failing call. */
+const char* mlajit_last_error(void);
+
+mlajit_status mlajit_op_create(const char* spec_json, mlajit_op* out);
+void mlajit_op_destroy(mlajit_op op);
+/* Compiles/loads the kernel for the current device now (cold-start control). */
+mlajit_status mlajit_op_load(mlajit_op op);
+/* Canonical params JSON of the op; the string lives as long as the op. */
+const char* mlajit_op_describe(mlajit_op op);
+
+/* Compiles a spec into the disk cache for `arch` (e.g. "sm_90a") without a GPU.
+ * cache_hit (optional) tells whether it was already there. */
+mlajit_status mlajit_precompile(const char* spec_json, const char* arch, int* cache_hit);
+
+mlajit_status mlajit_kv_cache_store(mlajit_op op, const mlajit_tensor* x, const mlajit_tensor* input_row_offsets,
+                                    const mlajit_paged_cache* cache, int layer_idx, int kv_idx,
+                                    const mlajit_tensor* dropped, void* stream);
+mlajit_status mlajit_kv_cache_gather(mlajit_op op, const mlajit_paged_cache* cache, const mlajit_tensor* batch_ids,
+                                     const mlajit_tensor* positions, int layer_idx, int kv_idx,
+                                     const mlajit_tensor* y, const mlajit_tensor* dropped, void* stream);
+mlajit_status mlajit_sparse_index_remap(mlajit_op op, const mlajit_tensor* indices,
+                                        const mlajit_tensor* input_row_offsets, const mlajit_tensor* lookup_table,
+                                        int64_t num_blocks, const mlajit_tensor* out, void* stream);
+mlajit_status mlajit_mla_indexer_workspace_bytes(mlajit_op op, int64_t total_tokens, int64_t max_keys_per_seq,
+                                                 size_t* bytes);
+mlajit_status mlajit_mla_indexer(mlajit_op op, const mlajit_tensor* q, const mlajit_tensor* qs,
+                                 const mlajit_tensor* input_row_offsets, const mlajit_paged_cache* k_cache,
+                                 int layer_idx, int64_t max_keys_per_seq, const mlajit_tensor* out,
+                                 const mlajit_tensor* workspace, void* stream);
+mlajit_status mlajit_sparse_prefill(mlajit_op op, const mlajit_tensor* q, const mlajit_paged_cache* kv,
+                                    const mlajit_tensor* indices, const mlajit_tensor* topk_lengths, int layer_idx,
+                                    float softmax_scale, const mlajit_tensor* attn_sink, const mlajit_tensor* out,
+                                    const mlajit_tensor* lse, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MLAJIT_C_API_H */

@@ -1,0 +1,144 @@
+#pragma once
+// The on-disk kernel cache and the cache key.
+//
+// Key (cache_key): SHA-256, hex, over length-prefixed fields: the cache format version, the mlajit
+// version, the target arch, the NVRTC version, every compile option, the generated source, and the
+// path and contents of every template the source includes (transitively). Anything that can change
+// the cubin is in the key, so an entry is never stale -- only unused (LRU eviction handles that).
+//
+// DiskCache: one file per entry, <dir>/<key>.mjc:
+//   0   "MLAJITC\n"                 magic (8 bytes)
+//   8   u32 format version           kCacheFormatVersion (little-endian, as every integer here)
+//   12  u32 metadata length M
+//   16  u64 payload length N
+//   24  key (64 hex chars)           must equal the file name's key
+//   88  sha256(payload)              32 bytes
+//   120 sha256(metadata)             32 bytes
+//   152 metadata JSON (M bytes)      name, op, params, entries, arch, nvrtc_version, compile_seconds, ...
+//   152+M cubin (N bytes)
+// Writes go to a temp file in the same directory, fsync, rename, fsync(dir): readers see a whole
+// entry or none. Reads verify magic, version, key, lengths and both checksums; a bad entry is
+// logged, removed and reported as a miss (the caller recompiles) -- never loaded.
+// The directory is created 0700; a directory writable by group/others or owned by someone else is
+// refused with Error(Cache): loading a cubin runs its code on the GPU.
+// A per-key lock file (<key>.lock, flock) only keeps concurrent processes from compiling the same
+// kernel twice; correctness never depends on it (a lock that is not released in time is ignored).
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mlajit/codegen.hpp"
+
+namespace mlajit {
+
+std::string cache_key(const KernelSource& src, const std::string& arch, const std::vector<std::string>& options,
+                      const std::string& nvrtc_version);
+// The key without the NVRTC version: stored in each entry's metadata so that a machine without
+// NVRTC can still find a cubin built for exactly this source, arch and options.
+std::string cache_base_key(const KernelSource& src, const std::string& arch, const std::vector<std::string>& options);
+
+struct CacheEntryMeta {
+  std::string name;
+  std::string base_key;  // cache_base_key(...)
+  std::string op;
+  std::string params_json;  // params_to_json(spec.params).dump()
+  std::vector<EntryPoint> entries;
+  std::string arch;
+  std::string min_arch;
+  std::string nvrtc_version;
+  double compile_seconds = 0;
+  std::string mlajit_version;
+  int64_t created = 0;  // unix seconds
+
+  std::string to_json() const;
+  static CacheEntryMeta from_json(const std::string& text);  // throws Error(Cache) when malformed
+};
+
+struct CacheEntry {
+  std::string key;
+  CacheEntryMeta meta;
+  std::string cubin;
+};
+
+struct CacheListing {
+  std::string key, name, arch, path;
+  uint64_t size = 0;   // file size in bytes
+  int64_t mtime = 0;   // unix seconds; refreshed on every hit (LRU order)
+};
+
+struct CorruptEntry {
+  std::string path;
+  std::string reason;
+};
+
+struct VerifyReport {
+  size_t entries = 0;
+  size_t ok = 0;
+  std::vector<CorruptEntry> corrupt;
+};
+
+struct PruneReport {
+  size_t removed = 0;
+  uint64_t removed_bytes = 0;
+  uint64_t remaining_bytes = 0;
+};
+
+class DiskCache {
+ public:
+  // Opens (creating it 0700 if missing, parents included) and checks `dir`. max_bytes: LRU cap
+  // enforced after every put (nullopt: none). Throws Error(Cache) for an unsafe or unusable dir.
+  explicit DiskCache(std::string dir, std::optional<uint64_t> max_bytes = std::nullopt);
+  // The cache the environment describes (MLAJIT_CACHE_DIR / XDG_CACHE_HOME / HOME,
+  // MLAJIT_CACHE_MAX_BYTES), or nullptr when MLAJIT_DISABLE_DISK_CACHE is set.
+  static std::unique_ptr<DiskCache> from_env();
+  // The process-wide from_env() cache, created on first use (nullptr when disabled). Throws the
+  // Error(Cache) of an unsafe directory on every call.
+  static DiskCache* default_cache();
+
+  const std::string& dir() const { return dir_; }
+  std::optional<uint64_t> max_bytes() const { return max_bytes_; }
+  std::string path_of(const std::string& key) const;
+
+  // The verified entry, or nullopt (missing, or bad: then it was logged and removed). A hit
+  // refreshes the entry's mtime/atime for LRU.
+  std::optional<CacheEntry> get(const std::string& key);
+  // Atomically writes (or replaces) the entry, then evicts least-recently-used entries over the cap.
+  void put(const std::string& key, const CacheEntryMeta& meta, const std::string& cubin);
+
+  // The newest valid entry whose metadata has this base key (a directory scan; used only when
+  // NVRTC is unavailable and the full key cannot be computed).
+  std::optional<CacheEntry> find_by_base_key(const std::string& base_key);
+
+  std::vector<CacheListing> list() const;  // oldest first
+  // Reads and checks every entry; bad ones are removed when remove_corrupt.
+  VerifyReport verify(bool remove_corrupt = false);
+  // Removes least-recently-used entries until the total is <= max_bytes.
+  PruneReport prune(uint64_t max_bytes);
+  // Removes every entry, lock and leftover temp file; returns the number of entries removed.
+  size_t clear();
+
+  // Holds <key>.lock (flock) for its lifetime; waits at most `timeout_s`, then proceeds unlocked.
+  class KeyLock {
+   public:
+    KeyLock(const DiskCache& cache, const std::string& key, double timeout_s = 300);
+    ~KeyLock();
+    KeyLock(const KeyLock&) = delete;
+    KeyLock& operator=(const KeyLock&) = delete;
+    bool locked() const { return fd_ >= 0; }
+
+   private:
+    int fd_ = -1;
+  };
+
+ private:
+  std::string dir_;
+  std::optional<uint64_t> max_bytes_;
+  void evict_over_cap(const std::string& keep_key);
+};
+
+// Throws Error(InvalidArgument) unless `key` is 64 lowercase hex characters.
+void validate_cache_key(const std::string& key);
+
+}  // namespace mlajit

@@ -1,0 +1,71 @@
+#pragma once
+// Compiler: KernelSource -> CUBIN for one target arch with NVRTC (loaded with dlopen; the binary
+// never links libnvrtc). The templates a source includes are handed to NVRTC as named headers, so
+// no CUDA toolkit include path is used. Options are fixed and part of every cache key:
+//   -std=c++17 --gpu-architecture=sm_XX[a] -default-device -DNDEBUG [-lineinfo] [--pch]
+// --use_fast_math is never passed: the kernels rely on IEEE division and expf/exp2f accuracy.
+//
+// MLAJIT_DUMP_DIR: every compile writes <name>.cu (includes expanded), <name>.ptx, <name>.cubin and
+// <name>.log there. A failed compile always writes the source and log (to the dump dir, else a
+// private temp folder) and names the path in the Error(Compile) it throws.
+#include <string>
+#include <vector>
+
+#include "mlajit/codegen.hpp"
+
+namespace mlajit {
+
+// Checks a target name: sm_80 | sm_86 | sm_87 | sm_89 | sm_90 | sm_90a | sm_100 | sm_100a | sm_103 |
+// sm_103a | sm_120 | sm_120a. Throws Error(InvalidArgument) naming `what` otherwise.
+void validate_arch(const std::string& arch, const std::string& what = "target arch");
+// The target mlajit uses for a device of compute capability major.minor: sm_90 -> sm_90a,
+// sm_100 -> sm_100a (arch-specific features such as wgmma / tcgen05), else sm_<major><minor>.
+std::string arch_for_compute_capability(int major, int minor);
+// True when a kernel whose lowest target is `min_arch` can be built for `arch`. Arch-specific
+// targets ("sm_90a") only run on exactly that arch; plain ones on every later one.
+bool arch_satisfies(const std::string& arch, const std::string& min_arch);
+
+struct CompileStats {
+  double seconds = 0;         // wall time of nvrtcCompileProgram (+ CUBIN fetch)
+  size_t cubin_bytes = 0;
+  std::string nvrtc_version;  // Compiler::nvrtc_version()
+};
+
+struct CompiledKernel {
+  std::string cubin;  // ELF image for cuModuleLoadData
+  std::string log;    // NVRTC log (warnings), may be empty
+  CompileStats stats;
+};
+
+class Compiler {
+ public:
+  // The process-wide compiler (NVRTC loaded on first use, PCH off unless enabled).
+  static Compiler& global();
+
+  // True when NVRTC loads; else `reason` says what was tried.
+  static bool available(std::string* reason = nullptr);
+  // e.g. "13.0 (libnvrtc.so.13.0.88)"; throws Error(Compile) when NVRTC is missing.
+  std::string nvrtc_version() const;
+
+  // The exact option list used for `arch` (validated) -- a cache key input.
+  std::vector<std::string> options(const std::string& arch) const;
+
+  // Compiles `src` for `arch`. Throws Error(InvalidArgument) for a bad arch or an arch below
+  // src.min_arch, Error(Compile) with the NVRTC log and the written source path on failure.
+  CompiledKernel compile(const KernelSource& src, const std::string& arch) const;
+
+  // Automatic precompiled headers (--pch, NVRTC 12.8+). Off by default: measured on our kernels it
+  // does not pay (see tests/unit/test_compiler.cpp "pch timing" and the infra report).
+  void set_use_pch(bool on) { use_pch_ = on; }
+  bool use_pch() const { return use_pch_; }
+  void set_line_info(bool on) { line_info_ = on; }
+
+  // Successful compile() calls in this process (tests check single-flight with it).
+  static unsigned long compile_count();
+
+ private:
+  bool use_pch_ = false;
+  bool line_info_ = false;
+};
+
+}  // namespace mlajit

@@ -1,0 +1,32 @@
+#pragma once
+// The environment variables mlajit reads (DESIGN.md "Environment variables"), parsed in one
+// place so that every consumer agrees on defaults and on what a malformed value means.
+// Values are read when asked for (not cached): the runtime reads them once at construction.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace mlajit::config {
+
+// The variable's value if set and non-empty.
+std::optional<std::string> env(const char* name);
+// A boolean switch: 1/true/yes/on -> true, 0/false/no/off/unset/empty -> false; anything else
+// throws Error(InvalidArgument) naming the variable.
+bool env_flag(const char* name);
+
+// MLAJIT_CACHE_DIR, else $XDG_CACHE_HOME/mlajit, else $HOME/.cache/mlajit.
+std::string cache_dir();
+// MLAJIT_DISABLE_DISK_CACHE.
+bool disk_cache_disabled();
+// MLAJIT_CACHE_MAX_BYTES: a byte count with optional K/M/G suffix (powers of 1024); unset = no cap.
+std::optional<uint64_t> cache_max_bytes();
+// Parses "123", "64K", "512M", "2G"; throws Error(InvalidArgument) naming `what`.
+uint64_t parse_bytes(const std::string& text, const std::string& what);
+// MLAJIT_DUMP_DIR: where every compile writes <name>.cu/.ptx/.cubin/.log.
+std::optional<std::string> dump_dir();
+// MLAJIT_ARCH: target override (e.g. "sm_90a"), for compiling without a GPU.
+std::optional<std::string> arch_override();
+// MLAJIT_TEMPLATE_DIR: read templates from this folder instead of the embedded copies.
+std::optional<std::string> template_dir();
+
+}  // namespace mlajit::config

@@ -1,0 +1,193 @@
+// Run-time lookup of tuned params: the ops' hot path. The database is read once per process into
+// an immutable open-addressing table keyed by (device, problem hash, bucket); a lookup is a few
+// integer hashes and probes, with no JSON, no allocation and no lock. Reloading publishes a new
+// table with an atomic pointer swap; old tables stay alive (reloads are rare and small) so that a
+// lookup racing a reload never reads freed memory.
+#include <atomic>
+#include <memory>
+#include <mutex>
+
+#include "mlajit/autotune.hpp"
+#include "mlajit/config.hpp"
+#include "mlajit/driver.hpp"
+#include "mlajit/error.hpp"
+#include "mlajit/log.hpp"
+#include "mlajit/version.hpp"
+
+namespace mlajit::autotune {
+
+namespace {
+
+uint64_t mix(uint64_t device, uint64_t problem, uint64_t bucket) {
+  uint64_t z = device ^ (problem * 0x9e3779b97f4a7c15ull) ^ ((bucket << 17) | (bucket >> 47));
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+constexpr int kMaxDevices = 64;
+
+struct Global {
+  std::mutex mu;
+  std::atomic<const TuningIndex*> index{nullptr};
+  std::vector<std::unique_ptr<TuningIndex>> all;  // every index ever published (kept alive)
+  std::atomic<uint64_t> device_keys[kMaxDevices] = {};
+};
+
+Global& global() {
+  static Global* g = new Global();  // never destroyed: ops may look up during static destruction
+  return *g;
+}
+
+const TuningIndex* publish(std::unique_ptr<TuningIndex> idx) {
+  Global& g = global();
+  const TuningIndex* p = idx.get();
+  g.all.push_back(std::move(idx));
+  g.index.store(p, std::memory_order_release);
+  return p;
+}
+
+std::unique_ptr<TuningIndex> load_index(const std::string& cache_dir) {
+  const std::string path = TuningDb::default_path(cache_dir);
+  try {
+    auto idx = std::make_unique<TuningIndex>(TuningDb(path).load());
+    log::debug("tuning database {}: {} records for mlajit {}", path, idx->size(), kVersion);
+    return idx;
+  } catch (const Error& e) {
+    log::warn("tuning database {} unusable, ops use their built-in heuristics: {}", path, e.what());
+    return std::make_unique<TuningIndex>();
+  }
+}
+
+const TuningIndex& current_index() {
+  Global& g = global();
+  if (const TuningIndex* p = g.index.load(std::memory_order_acquire)) return *p;
+  std::lock_guard<std::mutex> lk(g.mu);
+  if (const TuningIndex* p = g.index.load(std::memory_order_acquire)) return *p;
+  std::string dir;
+  try {
+    dir = config::cache_dir();
+  } catch (const Error& e) {
+    log::warn("no cache directory, so no tuning database: {}", e.what());
+    return *publish(std::make_unique<TuningIndex>());
+  }
+  return *publish(load_index(dir));
+}
+
+}  // namespace
+
+uint64_t device_key(const std::string& name, int sm_count) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return mix(h, static_cast<uint64_t>(sm_count), 0x5bd1e995);
+}
+
+TuningIndex::TuningIndex(const std::vector<TuningRecord>& records, const std::string& version) {
+  const std::string want = version.empty() ? std::string(kVersion) : version;
+  size_t n = 0;
+  for (const auto& r : records) n += r.version == want;
+  size_t cap = 16;
+  while (cap < 2 * n) cap *= 2;
+  slots_.resize(cap);
+  for (const auto& r : records) {
+    if (r.version != want) continue;
+    Slot s;
+    s.device = device_key(r.device, r.sm_count);
+    s.problem = problem_hash(r.params);
+    s.bucket = r.bucket.hash();
+    s.params = r.params;
+    s.used = true;
+    size_t i = mix(s.device, s.problem, s.bucket) & (cap - 1);
+    while (slots_[i].used) {
+      const Slot& o = slots_[i];
+      if (o.device == s.device && o.problem == s.problem && o.bucket == s.bucket) break;  // duplicate: last wins
+      i = (i + 1) & (cap - 1);
+    }
+    if (!slots_[i].used) ++count_;
+    slots_[i] = std::move(s);
+  }
+}
+
+const OpParams* TuningIndex::find(uint64_t device, const OpParams& problem, const ShapeBucket& bucket) const {
+  if (count_ == 0) return nullptr;
+  const uint64_t ph = problem_hash(problem), bh = bucket.hash();
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = mix(device, ph, bh) & mask;; i = (i + 1) & mask) {
+    const Slot& s = slots_[i];
+    if (!s.used) return nullptr;
+    // The variant index is part of the problem hash, but check it so that even a 64-bit hash
+    // collision can never hand an op another op's params.
+    if (s.device == device && s.problem == ph && s.bucket == bh && s.params.index() == problem.index())
+      return &s.params;
+  }
+}
+
+namespace {
+thread_local bool tl_lookup_off = false;
+}  // namespace
+
+ScopedTuningLookupOff::ScopedTuningLookupOff() : previous_(tl_lookup_off) { tl_lookup_off = true; }
+ScopedTuningLookupOff::~ScopedTuningLookupOff() { tl_lookup_off = previous_; }
+
+const OpParams* tuned_params(const OpParams& problem, const ShapeBucket& bucket, int device_ordinal) {
+  if (tl_lookup_off) return nullptr;
+  if (device_ordinal < 0 || device_ordinal >= kMaxDevices) return nullptr;
+  const TuningIndex& idx = current_index();
+  if (idx.size() == 0) return nullptr;
+  auto& slot = global().device_keys[device_ordinal];
+  uint64_t dev = slot.load(std::memory_order_relaxed);
+  if (dev == 0) {
+    try {
+      const auto info = driver::device_info(device_ordinal);
+      dev = device_key(info.name, info.sm_count);
+    } catch (const Error& e) {
+      log::debug("tuning lookup: no device {}: {}", device_ordinal, e.what());
+      return nullptr;
+    }
+    slot.store(dev, std::memory_order_relaxed);
+  }
+  return idx.find(dev, problem, bucket);
+}
+
+const OpParams* tuned_params(const OpParams& problem, const ShapeBucket& bucket) {
+  if (tl_lookup_off) return nullptr;
+  int ordinal = 0;
+  try {
+    ordinal = driver::ensure_context();
+  } catch (const Error&) {
+    return nullptr;
+  }
+  return tuned_params(problem, bucket, ordinal);
+}
+
+KernelSpec apply_tuning(const KernelSpec& spec, const ShapeBucket& bucket) {
+  const OpParams* t = tuned_params(spec.params, bucket);
+  if (!t) return spec;
+  return std::visit(
+      [&](const auto& p) -> KernelSpec {
+        using P = std::decay_t<decltype(p)>;
+        return KernelSpec{fill_auto_knobs(p, std::get<P>(*t))};
+      },
+      spec.params);
+}
+
+void reload_tuning_index(const std::string& cache_dir) {
+  Global& g = global();
+  std::lock_guard<std::mutex> lk(g.mu);
+  std::string dir = cache_dir;
+  if (dir.empty()) {
+    try {
+      dir = config::cache_dir();
+    } catch (const Error& e) {
+      log::warn("no cache directory, so no tuning database: {}", e.what());
+      publish(std::make_unique<TuningIndex>());
+      return;
+    }
+  }
+  publish(load_index(dir));
+}
+
+}  // namespace mlajit::autotune

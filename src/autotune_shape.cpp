@@ -1,0 +1,170 @@
+// Problem shapes of the tuner (named dynamic sizes per op) and their tuning buckets (the sizes an
+// op knows on the host at call time, rounded up to powers of two).
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "mlajit/autotune.hpp"
+#include "mlajit/error.hpp"
+
+namespace mlajit::autotune {
+
+using nlohmann::json;
+
+namespace {
+
+// The bucketed keys come first, in the order the bucket_<op>() helpers of autotune.hpp take them.
+const std::vector<ShapeKey> kStoreKeys{
+    {"tokens", 65536, true, "new tokens written this step, across the batch (rows of x)"},
+    {"batch", 8, true, "sequences in the batch"},
+    {"context", 1024, false, "tokens already cached per sequence before this step"},
+};
+const std::vector<ShapeKey> kGatherKeys{
+    {"tokens", 65536, true, "rows gathered (rows of y)"},
+    {"batch", 8, false, "sequences the rows are drawn from"},
+    {"context", 8192, false, "cached tokens per sequence"},
+};
+const std::vector<ShapeKey> kRemapKeys{
+    {"tokens", 4096, true, "query tokens (rows of indices)"},
+    {"topk", 2048, true, "indices per token (columns of indices)"},
+    {"batch", 4, false, "sequences"},
+    {"context", 32768, false, "cached tokens per sequence (range of the logical indices)"},
+};
+const std::vector<ShapeKey> kIndexerKeys{
+    {"tokens", 4096, true, "new query tokens across the batch"},
+    {"batch", 1, true, "sequences"},
+    {"keys", 32768, true, "keys per sequence, cached + new (max_keys_per_seq)"},
+};
+const std::vector<ShapeKey> kPrefillKeys{
+    {"tokens", 4096, true, "query tokens"},
+    {"topk", 2048, true, "selected keys per token (indices_stride = topk rounded up to 128)"},
+    {"keys", 32768, false, "keys in the latent cache (s_kv)"},
+};
+
+int ceil_log2(int64_t v) {
+  int l = 0;
+  while (l < 62 && (int64_t{1} << l) < v) ++l;
+  return l;
+}
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+}  // namespace
+
+const std::vector<ShapeKey>& shape_keys(Op op) {
+  switch (op) {
+    case Op::kv_cache_store: return kStoreKeys;
+    case Op::kv_cache_gather: return kGatherKeys;
+    case Op::sparse_index_remap: return kRemapKeys;
+    case Op::mla_indexer: return kIndexerKeys;
+    case Op::sparse_prefill: return kPrefillKeys;
+  }
+  throw_error(ErrorKind::Internal, "shape_keys: unknown op {}", static_cast<int>(op));
+}
+
+Shape default_shape(Op op) {
+  Shape s;
+  for (const auto& k : shape_keys(op)) s[k.name] = k.default_value;
+  return s;
+}
+
+Shape parse_shape(Op op, const std::string& text, Shape shape) {
+  const auto& keys = shape_keys(op);
+  auto known = [&] {
+    std::string s;
+    for (const auto& k : keys) s += (s.empty() ? "" : ", ") + std::string(k.name);
+    return s;
+  };
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find(',', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) throw_invalid("--shape item", item, "key=value");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (std::none_of(keys.begin(), keys.end(), [&](const ShapeKey& k) { return key == k.name; }))
+      throw_invalid(fmt::format("--shape key of {}", op_name(op)), key, known());
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(value, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != value.size() || value.empty() || v < 1 || v > (int64_t{1} << 40))
+      throw_invalid(fmt::format("--shape {}", key), value, "a positive integer");
+    shape[key] = v;
+  }
+  return shape;
+}
+
+std::string describe_shape(const Shape& s) {
+  std::string out;
+  for (const auto& [k, v] : s) out += fmt::format("{}{}={}", out.empty() ? "" : ",", k, v);
+  return out;
+}
+
+ShapeBucket ShapeBucket::of(std::initializer_list<int64_t> sizes) {
+  ShapeBucket b;
+  for (int64_t v : sizes) {
+    if (b.ndim == kMaxDims) break;
+    b.log2[b.ndim++] = static_cast<uint8_t>(ceil_log2(v));
+  }
+  return b;
+}
+
+uint64_t ShapeBucket::hash() const {
+  uint64_t h = ndim;
+  for (int i = 0; i < kMaxDims; ++i) h = (h << 8) ^ (h >> 56) ^ log2[i];
+  return h * 0x9e3779b97f4a7c15ull;
+}
+
+bool ShapeBucket::operator==(const ShapeBucket& o) const {
+  if (ndim != o.ndim) return false;
+  for (int i = 0; i < ndim; ++i)
+    if (log2[i] != o.log2[i]) return false;
+  return true;
+}
+
+json ShapeBucket::to_json(Op op) const {
+  json j = json::object();
+  int d = 0;
+  for (const auto& k : shape_keys(op))
+    if (k.bucketed && d < ndim) j[k.name] = int64_t{1} << log2[d++];
+  return j;
+}
+
+ShapeBucket ShapeBucket::from_json(Op op, const json& j, const std::string& path) {
+  if (!j.is_object()) throw_invalid(path, j.dump(), "an object of bucketed sizes");
+  ShapeBucket b;
+  for (const auto& k : shape_keys(op)) {
+    if (!k.bucketed) continue;
+    auto it = j.find(k.name);
+    if (it == j.end() || !it->is_number_integer() || it->get<int64_t>() < 1)
+      throw_invalid(path + "." + k.name, it == j.end() ? std::string("nothing") : it->dump(),
+                    "a positive power of two");
+    const int64_t v = it->get<int64_t>();
+    if ((v & (v - 1)) != 0) throw_invalid(path + "." + k.name, v, "a power of two");
+    if (b.ndim < kMaxDims) b.log2[b.ndim++] = static_cast<uint8_t>(ceil_log2(v));
+  }
+  if (j.size() != b.ndim) throw_invalid(path, j.dump(), "exactly the bucketed sizes of " + std::string(op_name(op)));
+  return b;
+}
+
+ShapeBucket bucket_of(Op op, const Shape& shape) {
+  Shape s = default_shape(op);
+  for (const auto& [k, v] : shape) s[k] = v;
+  switch (op) {
+    case Op::kv_cache_store: return bucket_kv_cache_store(s["tokens"], s["batch"]);
+    case Op::kv_cache_gather: return bucket_kv_cache_gather(s["tokens"]);
+    case Op::sparse_index_remap: return bucket_sparse_index_remap(s["tokens"], s["topk"]);
+    case Op::mla_indexer: return bucket_mla_indexer(s["tokens"], s["batch"], s["keys"]);
+    case Op::sparse_prefill: return bucket_sparse_prefill(s["tokens"], round_up(s["topk"], 128));
+  }
+  throw_error(ErrorKind::Internal, "bucket_of: unknown op {}", static_cast<int>(op));
+}
+
+}  // namespace mlajit::autotune

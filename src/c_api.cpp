@@ -1,0 +1,184 @@
+// The C API: converts C views to mlajit views, errors to status codes + a thread-local message.
+#include "mlajit/c_api.h"
+
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "mlajit/build.hpp"
+#include "mlajit/error.hpp"
+#include "mlajit/ops.hpp"
+#include "mlajit/runtime.hpp"
+#include "mlajit/version.hpp"
+
+struct mlajit_op_s {
+  mlajit::KernelSpec spec;
+  std::string description;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+mlajit_status status_of(mlajit::ErrorKind k) { return static_cast<mlajit_status>(static_cast<int>(k)); }
+
+// Runs `f`, mapping exceptions to a status and the thread's last-error string.
+template <typename F>
+mlajit_status guarded(F&& f) {
+  try {
+    f();
+    g_last_error.clear();
+    return MLAJIT_OK;
+  } catch (const mlajit::Error& e) {
+    g_last_error = e.what();
+    return status_of(e.kind());
+  } catch (const std::exception& e) {
+    g_last_error = std::string("internal error: ") + e.what();
+    return MLAJIT_ERROR_INTERNAL;
+  }
+}
+
+mlajit::DType dtype_of(int32_t d, const char* what) {
+  if (d < MLAJIT_F32 || d > MLAJIT_I32) mlajit::throw_invalid(std::string(what) + ".dtype", d, "an mlajit_dtype (0..5)");
+  return static_cast<mlajit::DType>(d);
+}
+
+// A C tensor to a view; NULL gives an empty view (absent optional argument).
+mlajit::TensorView view_of(const mlajit_tensor* t, const char* what) {
+  mlajit::TensorView v;
+  if (t == nullptr) return v;
+  if (t->ndim < 0 || t->ndim > MLAJIT_MAX_DIMS)
+    mlajit::throw_invalid(std::string(what) + ".ndim", t->ndim, "0..6");
+  v = mlajit::TensorView(t->data, dtype_of(t->dtype, what), t->shape, t->ndim);
+  bool any_stride = false;
+  for (int d = 0; d < t->ndim; ++d) any_stride |= t->strides[d] != 0;
+  if (any_stride)
+    for (int d = 0; d < t->ndim; ++d) v.strides[d] = t->strides[d];
+  return v;
+}
+
+mlajit::ops::PagedCacheView cache_of(const mlajit_paged_cache* c, const char* what) {
+  if (c == nullptr) mlajit::throw_invalid(what, "NULL", "a mlajit_paged_cache");
+  return {view_of(c->blocks, "cache.blocks"), view_of(c->scales, "cache.scales"),
+          view_of(c->lookup_table, "cache.lookup_table"), view_of(c->cache_lengths, "cache.cache_lengths")};
+}
+
+template <typename P>
+const P& params_of(mlajit_op op, const char* fn) {
+  if (op == nullptr) mlajit::throw_invalid(std::string(fn) + ": op", "NULL", "an op from mlajit_op_create");
+  const P* p = std::get_if<P>(&op->spec.params);
+  if (p == nullptr)
+    mlajit::throw_invalid(std::string(fn) + ": op", mlajit::op_name(op->spec.op()), "an op of the matching kind");
+  return *p;
+}
+
+mlajit::KernelSpec spec_of(const char* json_text) {
+  if (json_text == nullptr) mlajit::throw_invalid("spec_json", "NULL", "a JSON string");
+  auto j = nlohmann::json::parse(json_text, nullptr, false);
+  if (j.is_discarded()) mlajit::throw_invalid("spec_json", json_text, "valid JSON {\"op\": ..., \"params\": {...}}");
+  return mlajit::kernel_spec_from_json(j, "spec");
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* mlajit_version(void) { return MLAJIT_VERSION_STRING; }
+const char* mlajit_last_error(void) { return g_last_error.c_str(); }
+
+mlajit_status mlajit_op_create(const char* spec_json, mlajit_op* out) {
+  return guarded([&] {
+    if (out == nullptr) mlajit::throw_invalid("out", "NULL", "a pointer to receive the op");
+    auto op = std::make_unique<mlajit_op_s>();
+    op->spec = spec_of(spec_json);
+    op->description = op->spec.canonical();
+    *out = op.release();
+  });
+}
+
+void mlajit_op_destroy(mlajit_op op) { delete op; }
+
+mlajit_status mlajit_op_load(mlajit_op op) {
+  return guarded([&] {
+    if (op == nullptr) mlajit::throw_invalid("op", "NULL", "an op from mlajit_op_create");
+    (void)mlajit::Runtime::global().get(op->spec);
+  });
+}
+
+const char* mlajit_op_describe(mlajit_op op) { return op ? op->description.c_str() : ""; }
+
+mlajit_status mlajit_precompile(const char* spec_json, const char* arch, int* cache_hit) {
+  return guarded([&] {
+    if (arch == nullptr) mlajit::throw_invalid("arch", "NULL", "an architecture like \"sm_90a\"");
+    auto r = mlajit::build_kernel(spec_of(spec_json), arch);
+    if (cache_hit) *cache_hit = r.cache_hit ? 1 : 0;
+  });
+}
+
+mlajit_status mlajit_kv_cache_store(mlajit_op op, const mlajit_tensor* x, const mlajit_tensor* input_row_offsets,
+                                    const mlajit_paged_cache* cache, int layer_idx, int kv_idx,
+                                    const mlajit_tensor* dropped, void* stream) {
+  return guarded([&] {
+    mlajit::ops::kv_cache_store(params_of<mlajit::KvCacheStoreParams>(op, "mlajit_kv_cache_store"), view_of(x, "x"),
+                                view_of(input_row_offsets, "input_row_offsets"), cache_of(cache, "cache"), layer_idx,
+                                kv_idx, view_of(dropped, "dropped"), stream);
+  });
+}
+
+mlajit_status mlajit_kv_cache_gather(mlajit_op op, const mlajit_paged_cache* cache, const mlajit_tensor* batch_ids,
+                                     const mlajit_tensor* positions, int layer_idx, int kv_idx,
+                                     const mlajit_tensor* y, const mlajit_tensor* dropped, void* stream) {
+  return guarded([&] {
+    mlajit::ops::kv_cache_gather(params_of<mlajit::KvCacheGatherParams>(op, "mlajit_kv_cache_gather"),
+                                 cache_of(cache, "cache"), view_of(batch_ids, "batch_ids"),
+                                 view_of(positions, "positions"), layer_idx, kv_idx, view_of(y, "y"),
+                                 view_of(dropped, "dropped"), stream);
+  });
+}
+
+mlajit_status mlajit_sparse_index_remap(mlajit_op op, const mlajit_tensor* indices,
+                                        const mlajit_tensor* input_row_offsets, const mlajit_tensor* lookup_table,
+                                        int64_t num_blocks, const mlajit_tensor* out, void* stream) {
+  return guarded([&] {
+    mlajit::ops::sparse_index_remap(params_of<mlajit::SparseIndexRemapParams>(op, "mlajit_sparse_index_remap"),
+                                    view_of(indices, "indices"), view_of(input_row_offsets, "input_row_offsets"),
+                                    view_of(lookup_table, "lookup_table"), num_blocks, view_of(out, "out"), stream);
+  });
+}
+
+mlajit_status mlajit_mla_indexer_workspace_bytes(mlajit_op op, int64_t total_tokens, int64_t max_keys_per_seq,
+                                                 size_t* bytes) {
+  return guarded([&] {
+    if (bytes == nullptr) mlajit::throw_invalid("bytes", "NULL", "a pointer to receive the size");
+    *bytes = mlajit::ops::mla_indexer_workspace_bytes(
+        params_of<mlajit::MlaIndexerParams>(op, "mlajit_mla_indexer_workspace_bytes"), total_tokens,
+        max_keys_per_seq);
+  });
+}
+
+mlajit_status mlajit_mla_indexer(mlajit_op op, const mlajit_tensor* q, const mlajit_tensor* qs,
+                                 const mlajit_tensor* input_row_offsets, const mlajit_paged_cache* k_cache,
+                                 int layer_idx, int64_t max_keys_per_seq, const mlajit_tensor* out,
+                                 const mlajit_tensor* workspace, void* stream) {
+  return guarded([&] {
+    mlajit::ops::mla_indexer(params_of<mlajit::MlaIndexerParams>(op, "mlajit_mla_indexer"), view_of(q, "q"),
+                             view_of(qs, "qs"), view_of(input_row_offsets, "input_row_offsets"),
+                             cache_of(k_cache, "k_cache"), layer_idx, max_keys_per_seq, view_of(out, "out"),
+                             view_of(workspace, "workspace"), stream);
+  });
+}
+
+mlajit_status mlajit_sparse_prefill(mlajit_op op, const mlajit_tensor* q, const mlajit_paged_cache* kv,
+                                    const mlajit_tensor* indices, const mlajit_tensor* topk_lengths, int layer_idx,
+                                    float softmax_scale, const mlajit_tensor* attn_sink, const mlajit_tensor* out,
+                                    const mlajit_tensor* lse, void* stream) {
+  return guarded([&] {
+    mlajit::ops::sparse_prefill(params_of<mlajit::SparsePrefillParams>(op, "mlajit_sparse_prefill"), view_of(q, "q"),
+                                cache_of(kv, "kv"), view_of(indices, "indices"), view_of(topk_lengths, "topk_lengths"),
+                                layer_idx, softmax_scale, view_of(attn_sink, "attn_sink"), view_of(out, "out"),
+                                view_of(lse, "lse"), stream);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,19 @@
+#pragma once
+// Pieces several subcommands share: which cache and which target arch a command uses.
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cli/args.hpp"
+#include "mlajit/cache.hpp"
+
+namespace mlajit::cli {
+
+// --cache-dir D (with MLAJIT_CACHE_MAX_BYTES as the cap) or the environment's default cache.
+// Error(Cache) when the disk cache is disabled: the command needs one.
+std::unique_ptr<DiskCache> open_cache(const Args& args);
+
+// --arch, else the config's arch, else MLAJIT_ARCH, else the current GPU's; else a usage error.
+std::string resolve_arch(const Args& args, const std::string& config_arch);
+
+}  // namespace mlajit::cli

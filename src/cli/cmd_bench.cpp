@@ -1,0 +1,167 @@
+// mlajit bench OP [--shape k=v,k=v,...] [--reps R] [--json]: time an op on the GPU.
+#include <cstdio>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "bench_kv_cache.hpp"
+#include "bench_mla_indexer.hpp"
+#include "bench_sparse_prefill.hpp"
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
+
+namespace mlajit::cli {
+
+namespace {
+
+constexpr const char* kBenchHelp = R"(usage: mlajit bench OP [--shape k=v,...] [--reps R] [--json]
+ops and their shape keys (defaults in brackets):
+  kv_cache_store | kv_cache_gather
+      tokens [65536] heads [1] head_size [576] dtype [fp8_e4m3] io_dtype [bf16] mla [1]
+      page_size [64] layers [1] granularity [0=head_size] scale_fmt [fp32] threads [128]
+  mla_indexer
+      heads [128] new_tokens [4096] cached_tokens [28672] top_k [2048] page_size [64] mask [causal]
+  sparse_prefill
+      s_q [4096] heads [128] topk [2048] s_kv [32768] kv_dtype [bf16] b_topk [64] page_size [64]
+      scale_block_size [0] sink [0] lse [1] path [auto|sm80|sm90]
+)";
+
+// "k=v,k=v" -> map; each key consumed by the op's parser, leftovers are errors.
+class Shape {
+ public:
+  explicit Shape(const std::string& text) {
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t end = text.find(',', start);
+      if (end == std::string::npos) end = text.size();
+      std::string kv = text.substr(start, end - start);
+      size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) throw_invalid("--shape item", kv, "key=value");
+      kv_[kv.substr(0, eq)] = kv.substr(eq + 1);
+      start = end + 1;
+    }
+  }
+  template <typename T>
+  void take_int(const char* key, T& v) {
+    if (auto s = take(key)) {
+      size_t pos = 0;
+      long long x = 0;
+      try { x = std::stoll(*s, &pos); } catch (...) { pos = 0; }
+      if (pos != s->size() || x < 0) throw_invalid(std::string("--shape ") + key, *s, "a non-negative integer");
+      v = static_cast<T>(x);
+    }
+  }
+  void take_bool(const char* key, bool& v) {
+    if (auto s = take(key)) {
+      if (*s != "0" && *s != "1") throw_invalid(std::string("--shape ") + key, *s, "0 or 1");
+      v = *s == "1";
+    }
+  }
+  void take_dtype(const char* key, DType& v) {
+    if (auto s = take(key)) v = parse_dtype(*s, std::string("--shape ") + key);
+  }
+  std::optional<std::string> take(const char* key) {
+    auto it = kv_.find(key);
+    if (it == kv_.end()) return std::nullopt;
+    std::string v = it->second;
+    kv_.erase(it);
+    return v;
+  }
+  void done(const std::string& op) const {
+    if (!kv_.empty()) throw_invalid("--shape key for " + op, kv_.begin()->first, "a key listed by `mlajit bench --help`");
+  }
+
+ private:
+  std::map<std::string, std::string> kv_;
+};
+
+void print_summary(const std::string& op, const nlohmann::json& r) {
+  if (op == "mla_indexer") {
+    std::printf("mla_indexer H %d, %lld new after %lld cached, top-%d: scores %.3f ms (%.0f TFLOP/s), top-k %.3f ms, total %.3f ms\n",
+                r["num_heads"].get<int>(), r["new_tokens"].get<long long>(), r["cached_tokens"].get<long long>(),
+                r["top_k"].get<int>(), r["scores_ms"].get<double>(), r["score_tflops"].get<double>(),
+                r["topk_ms"].get<double>(), r["total_ms"].get<double>());
+  } else if (op == "sparse_prefill") {
+    std::printf("sparse_prefill %s path %s: s_q %lld H %d topk %d s_kv %lld: %.3f ms median (min %.3f), %.1f TFLOP/s\n",
+                r["params"]["kv_dtype"].get<std::string>().c_str(), r["path"].get<std::string>().c_str(),
+                r["s_q"].get<long long>(), r["num_heads"].get<int>(), r["topk"].get<int>(), r["s_kv"].get<long long>(),
+                r["ms"]["median"].get<double>(), r["ms"]["min"].get<double>(), r["tflops"].get<double>());
+  } else {
+    std::printf("%s: %.4f ms median (min %.4f, max %.4f), %.0f GB/s = %.1f%% of %.0f GB/s copy bandwidth\n", op.c_str(),
+                r["ms"]["median"].get<double>(), r["ms"]["min"].get<double>(), r["ms"]["max"].get<double>(),
+                r["gbps"].get<double>(), r["pct_of_copy_bw"].get<double>(), r["copy_bw_gbps"].get<double>());
+  }
+}
+
+}  // namespace
+
+int cmd_bench(const Argv& argv) {
+  Args args(argv, {"json", "help"}, {"shape", "reps"});
+  args.at_most(1);
+  if (args.flag("help") || args.positional().empty()) {
+    std::fputs(kBenchHelp, args.flag("help") ? stdout : stderr);
+    return args.flag("help") ? 0 : 2;
+  }
+  const std::string op = args.need(0, "OP");
+  Shape shape(args.get_or("shape", ""));
+  const int reps = static_cast<int>(args.get_int("reps", 0, 1, 100000));
+  nlohmann::json r;
+  if (op == "kv_cache_store" || op == "kv_cache_gather") {
+    bench::KvCacheBenchShape s;
+    s.io_dtype = DType::bf16;
+    shape.take_int("tokens", s.tokens);
+    shape.take_int("heads", s.num_heads);
+    shape.take_int("head_size", s.head_size);
+    shape.take_dtype("dtype", s.cache_dtype);
+    shape.take_dtype("io_dtype", s.io_dtype);
+    shape.take_bool("mla", s.is_mla);
+    shape.take_int("page_size", s.page_size);
+    shape.take_int("layers", s.num_layers);
+    shape.take_int("granularity", s.quantization_granularity);
+    if (auto f = shape.take("scale_fmt")) {
+      if (*f != "fp32" && *f != "ue8m0") throw_invalid("--shape scale_fmt", *f, "fp32 | ue8m0");
+      s.scale_fmt = *f == "ue8m0" ? ScaleFmt::ue8m0 : ScaleFmt::fp32;
+    }
+    shape.take_int("threads", s.threads);
+    shape.done(op);
+    if (reps) s.reps = reps;
+    r = bench::bench_kv_cache(op, s);
+  } else if (op == "mla_indexer") {
+    bench::MlaIndexerBenchArgs a;
+    shape.take_int("heads", a.num_heads);
+    shape.take_int("new_tokens", a.new_tokens);
+    shape.take_int("cached_tokens", a.cached_tokens);
+    shape.take_int("top_k", a.top_k);
+    shape.take_int("page_size", a.page_size);
+    if (auto m = shape.take("mask")) {
+      if (*m != "causal" && *m != "none") throw_invalid("--shape mask", *m, "causal | none");
+      a.mask = *m == "causal" ? Mask::causal : Mask::none;
+    }
+    shape.done(op);
+    if (reps) a.reps = reps;
+    r = bench::bench_mla_indexer(a);
+  } else if (op == "sparse_prefill") {
+    bench::SparsePrefillBenchArgs a;
+    shape.take_int("s_q", a.s_q);
+    shape.take_int("heads", a.num_heads);
+    shape.take_int("topk", a.topk);
+    shape.take_int("s_kv", a.s_kv);
+    shape.take_dtype("kv_dtype", a.kv_dtype);
+    shape.take_int("b_topk", a.b_topk);
+    shape.take_int("page_size", a.page_size);
+    shape.take_int("scale_block_size", a.scale_block_size);
+    shape.take_bool("sink", a.attn_sink);
+    shape.take_bool("lse", a.emit_lse);
+    if (auto p = shape.take("path")) a.path = *p;
+    shape.done(op);
+    if (reps) a.reps = reps;
+    r = bench::bench_sparse_prefill(a);
+  } else {
+    throw_invalid("bench OP", op, "kv_cache_store | kv_cache_gather | mla_indexer | sparse_prefill");
+  }
+  if (args.flag("json")) std::puts(r.dump(2).c_str());
+  else print_summary(op, r);
+  return 0;
+}
+
+}  // namespace mlajit::cli

@@ -1,0 +1,100 @@
+// mlajit build CONFIG.json [--arch A] [--cache-dir D] [--jobs N] [--json]
+// Compiles every kernel of a config into the disk cache, in parallel, without a GPU.
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/args.hpp"
+#include "cli/cli_common.hpp"
+#include "cli/commands.hpp"
+#include "cli/progress.hpp"
+#include "mlajit/build.hpp"
+#include "mlajit/kernel_set.hpp"
+#include "parallel.hpp"
+
+namespace mlajit::cli {
+
+int cmd_build(const Argv& argv) {
+  Args args(argv, {"json"}, {"arch", "cache-dir", "jobs"});
+  args.at_most(1);
+  const KernelSet set = load_kernel_set(args.need(0, "CONFIG.json"));
+  const std::string arch = resolve_arch(args, set.arch);
+  const unsigned jobs = static_cast<unsigned>(args.get_int("jobs", default_jobs(), 1, 1024));
+  auto cache = open_cache(args);
+
+  // The same spec listed twice is built once.
+  std::vector<const KernelSetEntry*> todo;
+  std::set<std::string> seen;
+  for (const auto& k : set.kernels)
+    if (seen.insert(k.spec.canonical()).second) todo.push_back(&k);
+
+  struct Outcome {
+    BuildResult r;
+    std::string error;
+    int error_kind = 0;
+  };
+  std::vector<Outcome> out(todo.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    Progress progress("building", todo.size());
+    parallel_for(todo.size(), jobs, [&](size_t i) {
+      try {
+        out[i].r = build_kernel(todo[i]->spec, arch, cache.get());
+      } catch (const Error& e) {
+        out[i].r.name = todo[i]->spec.name();
+        out[i].error = e.what();
+        out[i].error_kind = static_cast<int>(e.kind());
+      }
+      progress.advance(out[i].r.name);
+    });
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  size_t compiled = 0, hits = 0, failed = 0;
+  int worst = 0;
+  nlohmann::json results = nlohmann::json::array();
+  for (size_t i = 0; i < out.size(); ++i) {
+    const auto& o = out[i];
+    nlohmann::json r = {{"name", o.r.name}, {"origin", todo[i]->origin}};
+    if (!o.error.empty()) {
+      ++failed;
+      r["status"] = "failed";
+      r["error"] = o.error;
+      worst = std::max(worst, o.error_kind == static_cast<int>(ErrorKind::Compile) ? 3
+                              : o.error_kind == static_cast<int>(ErrorKind::InvalidArgument) ? 2 : 4);
+    } else {
+      (o.r.cache_hit ? hits : compiled) += 1;
+      r["status"] = o.r.cache_hit ? "cache_hit" : "compiled";
+      r["key"] = o.r.key;
+      r["compile_seconds"] = o.r.compile_seconds;
+      r["seconds"] = o.r.seconds;
+      r["cubin_bytes"] = o.r.cubin_bytes;
+    }
+    results.push_back(r);
+  }
+
+  if (args.flag("json")) {
+    nlohmann::json j = {{"kernels", todo.size()}, {"compiled", compiled}, {"cache_hits", hits},
+                        {"failed", failed},       {"seconds", seconds},   {"arch", arch},
+                        {"jobs", jobs},           {"cache_dir", cache->dir()}, {"results", results}};
+    std::puts(j.dump(2).c_str());
+  } else {
+    std::printf("%-58s %-10s %10s %10s\n", "kernel", "status", "compile_s", "cubin_KB");
+    for (const auto& r : results) {
+      std::string status = r["status"];
+      std::printf("%-58s %-10s %10s %10s\n", r["name"].get<std::string>().c_str(), status.c_str(),
+                  status == "compiled" ? fmt::format("{:.3f}", r["compile_seconds"].get<double>()).c_str() : "-",
+                  status != "failed" ? fmt::format("{:.1f}", r["cubin_bytes"].get<double>() / 1024).c_str() : "-");
+      if (status == "failed") std::fprintf(stderr, "%s: %s\n", r["name"].get<std::string>().c_str(),
+                                           r["error"].get<std::string>().c_str());
+    }
+    std::printf("%zu kernels for %s: %zu compiled, %zu cache hits, %zu failed in %.2f s (jobs %u) -> %s\n",
+                todo.size(), arch.c_str(), compiled, hits, failed, seconds, jobs, cache->dir().c_str());
+  }
+  return worst;
+}
+
+}  // namespace mlajit::cli

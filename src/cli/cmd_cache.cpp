@@ -1,0 +1,93 @@
+// mlajit cache ls|verify|prune|clear [--cache-dir D] [--max-bytes N] [--remove] [--json]
+#include <cstdio>
+#include <ctime>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/args.hpp"
+#include "cli/cli_common.hpp"
+#include "cli/commands.hpp"
+#include "mlajit/config.hpp"
+
+namespace mlajit::cli {
+
+namespace {
+
+int cache_ls(DiskCache& cache, bool json) {
+  auto entries = cache.list();
+  uint64_t total = 0;
+  for (auto& e : entries) total += e.size;
+  if (json) {
+    nlohmann::json list = nlohmann::json::array();
+    for (auto& e : entries)
+      list.push_back({{"key", e.key}, {"name", e.name}, {"arch", e.arch}, {"bytes", e.size}, {"mtime", e.mtime},
+                      {"path", e.path}});
+    std::puts(nlohmann::json({{"cache_dir", cache.dir()}, {"entries", list}, {"total_bytes", total}}).dump(2).c_str());
+    return 0;
+  }
+  std::printf("%-16s %-58s %-8s %10s  %s\n", "key", "name", "arch", "bytes", "last used");
+  for (auto& e : entries) {
+    char when[32];
+    std::time_t t = e.mtime;
+    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+    std::printf("%-16s %-58s %-8s %10llu  %s\n", e.key.substr(0, 16).c_str(), e.name.c_str(), e.arch.c_str(),
+                static_cast<unsigned long long>(e.size), when);
+  }
+  std::printf("%zu entries, %llu bytes in %s\n", entries.size(), static_cast<unsigned long long>(total),
+              cache.dir().c_str());
+  return 0;
+}
+
+int cache_verify(DiskCache& cache, bool json, bool remove) {
+  VerifyReport r = cache.verify(remove);
+  if (json) {
+    nlohmann::json corrupt = nlohmann::json::array();
+    for (auto& c : r.corrupt) corrupt.push_back({{"path", c.path}, {"reason", c.reason}});
+    std::puts(nlohmann::json({{"cache_dir", cache.dir()}, {"entries", r.entries}, {"ok", r.ok},
+                              {"corrupt", corrupt}, {"removed", remove ? r.corrupt.size() : 0}})
+                  .dump(2)
+                  .c_str());
+  } else {
+    for (auto& c : r.corrupt) std::printf("corrupt: %s: %s%s\n", c.path.c_str(), c.reason.c_str(), remove ? " (removed)" : "");
+    std::printf("%zu entries: %zu ok, %zu corrupt\n", r.entries, r.ok, r.corrupt.size());
+  }
+  // Corrupt entries are a runtime failure of the cache (exit 4) until they are removed.
+  return r.corrupt.empty() || remove ? 0 : 4;
+}
+
+}  // namespace
+
+int cmd_cache(const Argv& argv) {
+  Args args(argv, {"json", "remove"}, {"cache-dir", "max-bytes"});
+  args.at_most(1);
+  const std::string sub = args.need(0, "cache subcommand (ls|verify|prune|clear)");
+  if (sub != "ls" && sub != "verify" && sub != "prune" && sub != "clear")
+    throw_invalid("cache subcommand", sub, "ls | verify | prune | clear");
+  std::optional<uint64_t> max_bytes;
+  if (auto m = args.get("max-bytes")) max_bytes = config::parse_bytes(*m, "--max-bytes");
+  auto cache = open_cache(args);
+  const bool json = args.flag("json");
+
+  if (sub == "ls") return cache_ls(*cache, json);
+  if (sub == "verify") return cache_verify(*cache, json, args.flag("remove"));
+  if (sub == "prune") {
+    if (!max_bytes) max_bytes = config::cache_max_bytes();
+    if (!max_bytes) throw_invalid("cache prune", "no size cap", "--max-bytes N or MLAJIT_CACHE_MAX_BYTES");
+    PruneReport r = cache->prune(*max_bytes);
+    if (json)
+      std::puts(nlohmann::json({{"removed", r.removed}, {"removed_bytes", r.removed_bytes},
+                                {"remaining_bytes", r.remaining_bytes}})
+                    .dump(2)
+                    .c_str());
+    else
+      std::printf("removed %zu entries (%llu bytes); %llu bytes remain\n", r.removed,
+                  static_cast<unsigned long long>(r.removed_bytes), static_cast<unsigned long long>(r.remaining_bytes));
+    return 0;
+  }
+  size_t n = cache->clear();
+  if (json) std::puts(nlohmann::json({{"removed", n}}).dump(2).c_str());
+  else std::printf("removed %zu entries from %s\n", n, cache->dir().c_str());
+  return 0;
+}
+
+}  // namespace mlajit::cli

@@ -1,0 +1,64 @@
+// mlajit info [--json]: versions, devices, cache dir.
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
+#include "mlajit/compiler.hpp"
+#include "mlajit/config.hpp"
+#include "mlajit/driver.hpp"
+#include "mlajit/version.hpp"
+
+namespace mlajit::cli {
+
+int cmd_info(const Argv& argv) {
+  Args args(argv, {"json"}, {});
+  args.at_most(0);
+  nlohmann::json j;
+  j["mlajit_version"] = MLAJIT_VERSION_STRING;
+  j["cache_format_version"] = kCacheFormatVersion;
+  std::string why;
+  if (Compiler::available(&why)) j["nvrtc"] = Compiler::global().nvrtc_version();
+  else j["nvrtc"] = nullptr, j["nvrtc_error"] = why;
+  j["cache_dir"] = config::cache_dir();
+  j["disk_cache_disabled"] = config::disk_cache_disabled();
+  if (auto m = config::cache_max_bytes()) j["cache_max_bytes"] = *m;
+  if (auto a = config::arch_override()) j["arch_override"] = *a;
+  nlohmann::json devices = nlohmann::json::array();
+  if (driver::available(&why)) {
+    for (int d = 0; d < driver::device_count(); ++d) {
+      auto info = driver::device_info(d);
+      j["driver_version"] = info.driver_version;
+      devices.push_back({{"ordinal", d},
+                         {"name", info.name},
+                         {"compute_capability", fmt::format("{}.{}", info.cc_major, info.cc_minor)},
+                         {"arch", arch_for_compute_capability(info.cc_major, info.cc_minor)},
+                         {"sm_count", info.sm_count},
+                         {"memory_bytes", info.total_mem},
+                         {"l2_bytes", info.l2_bytes},
+                         {"max_smem_per_block_optin", info.max_smem_per_block_optin}});
+    }
+  } else {
+    j["driver_error"] = why;
+  }
+  j["devices"] = devices;
+  if (args.flag("json")) {
+    std::puts(j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("mlajit %s (cache format %u)\n", MLAJIT_VERSION_STRING, kCacheFormatVersion);
+  std::printf("nvrtc:     %s\n", j["nvrtc"].is_null() ? ("unavailable: " + j["nvrtc_error"].get<std::string>()).c_str()
+                                                       : j["nvrtc"].get<std::string>().c_str());
+  std::printf("cache dir: %s%s\n", j["cache_dir"].get<std::string>().c_str(),
+              config::disk_cache_disabled() ? " (disabled by MLAJIT_DISABLE_DISK_CACHE)" : "");
+  if (devices.empty()) std::printf("devices:   none (%s)\n", j["driver_error"].get<std::string>().c_str());
+  for (auto& d : devices)
+    std::printf("device %d:  %s, %s (cc %s), %d SMs, %.1f GiB, L2 %.0f MiB\n", d["ordinal"].get<int>(),
+                d["name"].get<std::string>().c_str(), d["arch"].get<std::string>().c_str(),
+                d["compute_capability"].get<std::string>().c_str(), d["sm_count"].get<int>(),
+                d["memory_bytes"].get<double>() / (1 << 30), d["l2_bytes"].get<double>() / (1 << 20));
+  return 0;
+}
+
+}  // namespace mlajit::cli

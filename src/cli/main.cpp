@@ -1,0 +1,73 @@
+// mlajit command-line tool: build, gen, cache, info, bench, tune, check.
+// Exit codes: 0 success, 2 bad usage or config, 3 compile failure, 4 driver or runtime failure.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cli/commands.hpp"
+#include "mlajit/error.hpp"
+#include "mlajit/version.hpp"
+
+namespace {
+
+constexpr const char* kUsage = R"(mlajit )" MLAJIT_VERSION_STRING R"( - run-time specialized sparse-attention kernels (NVRTC JIT)
+
+usage:
+  mlajit build CONFIG.json [--arch A] [--cache-dir D] [--jobs N] [--json]
+                                   compile every kernel of a config into the disk cache (no GPU needed)
+  mlajit gen CONFIG.json [--kernel NAME] [--expand]
+                                   print the generated source (all kernels, or the one named)
+  mlajit cache ls|verify|prune|clear [--cache-dir D] [--max-bytes N] [--json]
+  mlajit check CONFIG.json [--cache-dir D] [--json]
+                                   run every op of a config once on random data against the CPU reference (GPU)
+  mlajit bench OP [--shape ...] [--json]
+                                   time an op on the GPU (mlajit bench --help lists ops and shapes)
+  mlajit tune CONFIG.json [--jobs N] [--reps R] [--json] [--csv F]
+                                   autotune sweeps on the GPU, remember the best per device and shape
+  mlajit info [--json]             versions, devices, cache dir
+
+exit codes: 0 ok, 2 bad usage or config, 3 compile failure, 4 driver or runtime failure
+environment: MLAJIT_CACHE_DIR MLAJIT_CACHE_MAX_BYTES MLAJIT_DISABLE_DISK_CACHE MLAJIT_DUMP_DIR MLAJIT_LOG MLAJIT_ARCH
+)";
+
+int exit_code(mlajit::ErrorKind k) {
+  switch (k) {
+    case mlajit::ErrorKind::InvalidArgument: return 2;
+    case mlajit::ErrorKind::Compile: return 3;
+    default: return 4;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace mlajit::cli;
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::puts(MLAJIT_VERSION_STRING);
+    return 0;
+  }
+  const std::string cmd = argv[1];
+  const Argv rest(argv + 2, argv + argc);
+  try {
+    if (cmd == "build") return cmd_build(rest);
+    if (cmd == "gen") return cmd_gen(rest);
+    if (cmd == "cache") return cmd_cache(rest);
+    if (cmd == "info") return cmd_info(rest);
+    if (cmd == "bench") return cmd_bench(rest);
+    if (cmd == "tune") return cmd_tune(rest);
+    if (cmd == "check") return cmd_check(rest);
+    std::fprintf(stderr, "mlajit: unknown command \"%s\", expected build|gen|cache|check|bench|tune|info\n%s",
+                 cmd.c_str(), kUsage);
+    return 2;
+  } catch (const mlajit::Error& e) {
+    std::fprintf(stderr, "mlajit %s: %s: %s\n", cmd.c_str(), mlajit::error_kind_name(e.kind()), e.what());
+    return exit_code(e.kind());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mlajit %s: internal error: %s\n", cmd.c_str(), e.what());
+    return 4;
+  }
+}

@@ -1,0 +1,74 @@
+// Environment variable parsing (see include/mlajit/config.hpp).
+#include "mlajit/config.hpp"
+
+#include <cctype>
+#include <cstdlib>
+
+#include "mlajit/error.hpp"
+
+namespace mlajit::config {
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  return std::string(v);
+}
+
+bool env_flag(const char* name) {
+  auto v = env(name);
+  if (!v) return false;
+  std::string s;
+  for (char c : *v) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
+  if (s == "0" || s == "false" || s == "no" || s == "off") return false;
+  throw_invalid(name, fmt::format("\"{}\"", *v), "1 | true | yes | on | 0 | false | no | off");
+}
+
+std::string cache_dir() {
+  if (auto d = env("MLAJIT_CACHE_DIR")) return *d;
+  if (auto x = env("XDG_CACHE_HOME")) return *x + "/mlajit";
+  if (auto h = env("HOME")) return *h + "/.cache/mlajit";
+  throw Error(ErrorKind::Cache,
+              "no cache directory: MLAJIT_CACHE_DIR, XDG_CACHE_HOME and HOME are all unset "
+              "(set MLAJIT_CACHE_DIR or MLAJIT_DISABLE_DISK_CACHE=1)");
+}
+
+bool disk_cache_disabled() { return env_flag("MLAJIT_DISABLE_DISK_CACHE"); }
+
+uint64_t parse_bytes(const std::string& text, const std::string& what) {
+  const char* expected = "a byte count such as 1000000, 64K, 512M or 2G";
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) throw_invalid(what, text, expected);
+  size_t pos = 0;
+  uint64_t n = 0;
+  while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos]))) {
+    uint64_t d = static_cast<uint64_t>(text[pos] - '0');
+    if (n > (UINT64_MAX - d) / 10) throw_invalid(what, text, "a byte count below 2^64");
+    n = n * 10 + d;
+    ++pos;
+  }
+  uint64_t mult = 1;
+  if (pos < text.size()) {
+    char u = static_cast<char>(std::toupper(static_cast<unsigned char>(text[pos])));
+    if (u == 'K') mult = 1ull << 10;
+    else if (u == 'M') mult = 1ull << 20;
+    else if (u == 'G') mult = 1ull << 30;
+    else throw_invalid(what, text, expected);
+    ++pos;
+    if (pos < text.size() && (text[pos] == 'B' || text[pos] == 'b')) ++pos;
+  }
+  if (pos != text.size()) throw_invalid(what, text, expected);
+  if (n > UINT64_MAX / mult) throw_invalid(what, text, "a byte count below 2^64");
+  return n * mult;
+}
+
+std::optional<uint64_t> cache_max_bytes() {
+  auto v = env("MLAJIT_CACHE_MAX_BYTES");
+  if (!v) return std::nullopt;
+  return parse_bytes(*v, "MLAJIT_CACHE_MAX_BYTES");
+}
+
+std::optional<std::string> dump_dir() { return env("MLAJIT_DUMP_DIR"); }
+std::optional<std::string> arch_override() { return env("MLAJIT_ARCH"); }
+std::optional<std::string> template_dir() { return env("MLAJIT_TEMPLATE_DIR"); }
+
+}  // namespace mlajit::config

@@ -1,0 +1,101 @@
+// Parsing of kernel-set configs and expansion of their sweeps.
+#include "mlajit/kernel_set.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "mlajit/error.hpp"
+
+namespace mlajit {
+
+using nlohmann::json;
+
+std::vector<KernelSetEntry> expand_sweep(const json& entry, const std::string& path, int group) {
+  if (!entry.is_object()) throw_invalid(path, entry.dump(), "an object {\"op\", \"params\", \"sweep\"}");
+  json base = json::object();
+  json sweep = json::object();
+  for (auto it = entry.begin(); it != entry.end(); ++it) {
+    if (it.key() == "sweep") sweep = it.value();
+    else base[it.key()] = it.value();
+  }
+  if (!sweep.is_object()) throw_invalid(path + ".sweep", sweep.dump(), "an object of field -> list of values");
+  json params = base.contains("params") ? base["params"] : json::object();
+  if (!params.is_object()) throw_invalid(path + ".params", params.dump(), "a JSON object of params");
+
+  std::vector<std::pair<std::string, json>> axes;
+  for (auto it = sweep.begin(); it != sweep.end(); ++it) {
+    if (!it.value().is_array() || it.value().empty())
+      throw_invalid(path + ".sweep." + it.key(), it.value().dump(), "a non-empty list of values");
+    if (params.contains(it.key()))
+      throw_invalid(path + ".sweep." + it.key(), "a field also set in params", "each field either in params or in sweep");
+    axes.emplace_back(it.key(), it.value());
+  }
+
+  std::vector<KernelSetEntry> out;
+  std::vector<size_t> idx(axes.size(), 0);
+  while (true) {
+    json p = params;
+    std::string label;
+    for (size_t a = 0; a < axes.size(); ++a) {
+      p[axes[a].first] = axes[a].second[idx[a]];
+      label += fmt::format(" {}={}", axes[a].first, axes[a].second[idx[a]].dump());
+    }
+    json k = base;
+    k["params"] = p;
+    std::string where = path + (label.empty() ? "" : " (sweep" + label + ")");
+    out.push_back({kernel_spec_from_json(k, where), where, group});
+    // Advance the odometer, last axis fastest.
+    size_t a = axes.size();
+    while (a > 0) {
+      --a;
+      if (++idx[a] < axes[a].second.size()) break;
+      idx[a] = 0;
+      if (a == 0) return out;
+    }
+    if (axes.empty()) return out;
+  }
+}
+
+KernelSet kernel_set_from_json(const json& j) {
+  if (!j.is_object()) throw_invalid("config", j.type_name(), "a JSON object {\"arch\", \"kernels\"}");
+  KernelSet set;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "arch") {
+      if (!it.value().is_string()) throw_invalid("config.arch", it.value().dump(), "a string like \"sm_90a\"");
+      set.arch = it.value().get<std::string>();
+    } else if (k == "kernels") {
+      if (!it.value().is_array()) throw_invalid("config.kernels", it.value().dump(), "a list of kernels");
+    } else if (k != "description" && k != "comment") {
+      throw_invalid("config", fmt::format("unknown field \"{}\"", k), "arch, kernels, description");
+    }
+  }
+  auto kit = j.find("kernels");
+  if (kit == j.end() || kit->empty()) throw_invalid("config.kernels", "nothing", "a non-empty list of kernels");
+  for (size_t i = 0; i < kit->size(); ++i) {
+    auto entries = expand_sweep((*kit)[i], fmt::format("kernels[{}]", i), static_cast<int>(i));
+    set.kernels.insert(set.kernels.end(), entries.begin(), entries.end());
+  }
+  return set;
+}
+
+KernelSet load_kernel_set(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw_invalid("config file", path, "a readable JSON file");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    // Parse again with exceptions to get the position of the error.
+    try {
+      (void)json::parse(ss.str());
+    } catch (const json::parse_error& e) {
+      throw_invalid(fmt::format("config file {}", path), e.what(), "valid JSON");
+    }
+  }
+  return kernel_set_from_json(j);
+}
+
+}  // namespace mlajit

@@ -1,0 +1,293 @@
+// ops::mla_indexer on the GPU against the CPU f64 reference (SPEC §2, §4 test data): ragged
+// batches with cache, shuffled pages, 2 layers (layer 1), both masks, k >= visible (-1 tails),
+// heavy exact ties, NaN scores, a 131072-key row, several workspace chunks, emit = physical.
+//
+// Index sets must equal the reference's except for swaps among scores within kTieWindow of the
+// k-th score (relative); order is checked on the reference's scores. Where the workspace still
+// holds every row's f32 scores (one chunk), the top-k is also checked EXACTLY against the CPU
+// top-k of the GPU's own scores, and the scores against the f64 reference.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "mlajit/driver.hpp"
+#include "mlajit/ops.hpp"
+#include "ops_mla_indexer_stages.hpp"
+#include "reference/mla_indexer_ref.hpp"
+
+using namespace mlajit;
+using driver::DeviceBuffer;
+
+namespace {
+
+// Relative window (of the k-th score's magnitude, floored at 1e-3 of the row's largest |score|)
+// inside which the GPU's f32 scores may order keys differently from the f64 reference.
+constexpr double kTieWindow = 1e-5;
+// Scores: max |gpu - ref| over a row, relative to the row's largest |ref|.
+constexpr double kScoreTol = 1e-4;
+
+template <typename T>
+DeviceBuffer upload(const std::vector<T>& v) {
+  DeviceBuffer b(std::max<size_t>(v.size() * sizeof(T), 16));
+  if (!v.empty()) b.upload(v.data(), v.size() * sizeof(T));
+  return b;
+}
+
+struct GpuRun {
+  std::vector<int32_t> out;     // [T, k]
+  std::vector<float> scores;    // workspace contents after the run
+  int64_t row_stride = 0;
+  bool one_chunk = false;
+};
+
+GpuRun run_gpu(const ref::IndexerInputs& in, const MlaIndexerParams& p, size_t workspace_rows = 0,
+               bool portable = false) {
+  const int64_t T = in.num_tokens();
+  const int B = in.batch();
+  DeviceBuffer q = upload(in.q), qs = upload(in.qs), off = upload(in.row_offsets), cl = upload(in.cache_lengths),
+               lut = upload(in.lookup_table), kb = upload(in.k_blocks), ks = upload(in.k_scales);
+  ops::PagedCacheView kc;
+  kc.blocks = TensorView(kb.get(), DType::fp8_e4m3, {in.num_blocks, 1, in.num_layers, in.page_size, 1, 128});
+  kc.scales = TensorView(ks.get(), DType::f32, {in.num_blocks, 1, in.num_layers, in.page_size, 1, 1});
+  kc.lookup_table = TensorView(lut.get(), DType::u32, {B, in.pages_per_seq});
+  kc.cache_lengths = TensorView(cl.get(), DType::u32, {B});
+  GpuRun r;
+  r.row_stride = (std::max<int64_t>(in.max_keys, 1) + 3) / 4 * 4;
+  size_t ws_bytes = ops::mla_indexer_workspace_bytes(p, T, in.max_keys);
+  if (workspace_rows > 0) ws_bytes = workspace_rows * static_cast<size_t>(r.row_stride) * 4;
+  r.one_chunk = ws_bytes >= static_cast<size_t>(T * r.row_stride * 4);
+  DeviceBuffer ws(std::max<size_t>(ws_bytes, 16));
+  ws.fill_bytes(0xFF);  // NaN
+  DeviceBuffer out(static_cast<size_t>(T * p.top_k) * 4 + 16);
+  out.fill_bytes(0x7F);  // 0x7F7F7F7F: neither a position of these tests nor -1
+  const TensorView vq(q.get(), DType::fp8_e4m3, {T, p.num_heads, 128}), vqs(qs.get(), DType::f32, {T, p.num_heads}),
+      voff(off.get(), DType::u32, {B + 1}), vout(out.get(), DType::i32, {T, p.top_k}),
+      vws(ws.get(), DType::f32, {static_cast<int64_t>(ws_bytes / 4)});
+  if (portable)
+    ops::detail::mla_indexer_run(p, vq, vqs, voff, kc, in.layer, in.max_keys, vout, vws, nullptr,
+                                 ops::detail::kIndexerScores | ops::detail::kIndexerTopk |
+                                     ops::detail::kIndexerForcePortable);
+  else
+    ops::mla_indexer(p, vq, vqs, voff, kc, in.layer, in.max_keys, vout, vws);
+  driver::synchronize();
+  r.out.resize(static_cast<size_t>(T * p.top_k));
+  out.download(r.out.data(), r.out.size() * 4);
+  if (r.one_chunk) {
+    r.scores.resize(static_cast<size_t>(T * r.row_stride));
+    ws.download(r.scores.data(), r.scores.size() * 4);
+  }
+  return r;
+}
+
+struct Report {
+  int failures = 0;
+  std::string first;
+  double worst_score_err = 0;
+  void fail(const std::string& s) {
+    if (failures++ == 0) first = s;
+  }
+};
+
+// Compares one run with the reference; `exact` demands identical index lists.
+Report compare(const ref::IndexerInputs& in, const MlaIndexerParams& p, const GpuRun& g, bool exact) {
+  Report rep;
+  const int k = p.top_k;
+  for (int64_t t = 0; t < in.num_tokens(); ++t) {
+    const std::vector<double> s = ref::indexer_scores_ref(in, t);
+    const std::vector<int32_t> want = ref::topk_ref(s, k);
+    const int32_t* got = g.out.data() + t * k;
+    const size_t n = s.size(), kk = std::min<size_t>(n, static_cast<size_t>(k));
+    auto where = [&](size_t slot) {
+      std::ostringstream o;
+      o << "token " << t << " slot " << slot << " (visible " << n << ", k " << k << "): ";
+      return o.str();
+    };
+    for (size_t x = kk; x < static_cast<size_t>(k); ++x)
+      if (got[x] != -1) rep.fail(where(x) + "expected -1, got " + std::to_string(got[x]));
+    std::set<int32_t> seen;
+    bool valid = true;
+    for (size_t x = 0; x < kk; ++x) {
+      if (got[x] < 0 || static_cast<size_t>(got[x]) >= n || !seen.insert(got[x]).second) {
+        rep.fail(where(x) + "invalid or repeated position " + std::to_string(got[x]));
+        valid = false;
+      }
+    }
+    if (!valid) continue;
+    if (exact || kk == n) {
+      // Every visible key is selected (or ties are exact by construction): the whole list must match,
+      // except that with kk == n and inexact mode the order may differ inside the tie window.
+      if (exact) {
+        for (size_t x = 0; x < kk; ++x)
+          if (got[x] != want[x]) {
+            rep.fail(where(x) + "expected " + std::to_string(want[x]) + ", got " + std::to_string(got[x]));
+            break;
+          }
+        continue;
+      }
+    }
+    double maxabs = 0;
+    for (double v : s)
+      if (!std::isnan(v)) maxabs = std::max(maxabs, std::fabs(v));
+    const double kth = s[want[kk - 1]];
+    const double tol = std::isnan(kth) ? 0.0 : kTieWindow * std::max(std::fabs(kth), 1e-3 * maxabs);
+    std::set<int32_t> want_set(want.begin(), want.begin() + kk);
+    for (size_t x = 0; x < kk; ++x) {
+      const int32_t j = got[x];
+      if (!want_set.count(j)) {
+        const double v = s[j];
+        if (std::isnan(kth) ? !std::isnan(v) : !(std::fabs(v - kth) <= tol))
+          rep.fail(where(x) + "position " + std::to_string(j) + " (score " + std::to_string(v) +
+                   ") is not in the reference set (k-th score " + std::to_string(kth) + ")");
+      }
+      if (x + 1 < kk) {
+        const double a = s[got[x]], b = s[got[x + 1]];
+        const bool ok = std::isnan(b) || (!std::isnan(a) && (a >= b - tol) && (a != b || got[x] < got[x + 1]));
+        if (!ok)
+          rep.fail(where(x) + "order: score " + std::to_string(a) + " at " + std::to_string(got[x]) + " before " +
+                   std::to_string(b) + " at " + std::to_string(got[x + 1]));
+      }
+    }
+    if (g.one_chunk) {
+      // Exact top-k of the GPU's own f32 scores, and the scores themselves.
+      const float* row = g.scores.data() + t * g.row_stride;
+      const std::vector<float> gs(row, row + n);
+      const std::vector<int32_t> exact_want = ref::topk_ref_f32(gs, k);
+      for (size_t x = 0; x < kk; ++x)
+        if (got[x] != exact_want[x]) {
+          rep.fail(where(x) + "top-k of the GPU's own scores: expected " + std::to_string(exact_want[x]) + ", got " +
+                   std::to_string(got[x]));
+          break;
+        }
+      double err = 0;
+      for (size_t j = 0; j < n; ++j) {
+        if (std::isnan(s[j]) != std::isnan(gs[j])) err = 1e30;
+        else if (!std::isnan(s[j])) err = std::max(err, std::fabs(gs[j] - s[j]));
+      }
+      const double rel = maxabs > 0 ? err / maxabs : err;
+      rep.worst_score_err = std::max(rep.worst_score_err, rel);
+      if (!(rel <= kScoreTol)) rep.fail(where(0) + "score error " + std::to_string(rel) + " relative to max |score|");
+    }
+  }
+  return rep;
+}
+
+void run_and_check(const char* name, const ref::IndexerCase& c, MlaIndexerParams p, bool exact,
+                   size_t workspace_rows = 0, bool portable = false) {
+  const ref::IndexerInputs in = ref::make_indexer_inputs(c);
+  p.num_heads = c.num_heads;
+  p.page_size = c.page_size;
+  p.mask = c.mask;
+  p.emit = IndexEmit::logical;
+  const GpuRun g = run_gpu(in, p, workspace_rows, portable);
+  const Report rep = compare(in, p, g, exact);
+  std::printf("  mla_indexer %-34s H%-3d k%-5d %s: %d failures, max score error %.2e%s\n", name, p.num_heads, p.top_k,
+              c.mask == Mask::causal ? "causal" : "none  ", rep.failures, rep.worst_score_err,
+              g.one_chunk ? "" : " (several chunks)");
+  INFO(name << " H" << p.num_heads << ": " << rep.first);
+  CHECK(rep.failures == 0);
+
+  // emit = physical: the same selection, remapped through the lookup table.
+  p.emit = IndexEmit::physical;
+  const GpuRun phys = run_gpu(in, p, workspace_rows, portable);
+  int bad = 0;
+  std::string first;
+  for (int64_t t = 0; t < in.num_tokens(); ++t) {
+    const int b = ref::ref_token(in, t).seq;
+    for (int x = 0; x < p.top_k; ++x) {
+      const int32_t want = ref::encode_ref(in, b, g.out[t * p.top_k + x]);
+      if (phys.out[t * p.top_k + x] != want && bad++ == 0)
+        first = "token " + std::to_string(t) + " slot " + std::to_string(x) + ": expected " + std::to_string(want) +
+                ", got " + std::to_string(phys.out[t * p.top_k + x]);
+    }
+  }
+  INFO(name << " emit physical: " << first);
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_SUITE("gpu mla_indexer") {
+  TEST_CASE("decode-like batch: seq [1,1,32,1], cache [100,50,0,200], k >= visible tails, NaN scores") {
+    for (int H : {64, 128}) {
+      ref::IndexerCase c;
+      c.num_heads = H;
+      c.new_tokens = {1, 1, 32, 1};
+      c.cache_lens = {100, 50, 0, 200};
+      c.seed = 11 + H;
+      c.nan_every = 37;
+      MlaIndexerParams p;
+      p.top_k = 128;
+      run_and_check("decode", c, p, false);
+    }
+  }
+
+  TEST_CASE("prefill batch: seq [64,200,32], cache [300,500,100], both masks") {
+    for (int H : {64, 128})
+      for (Mask m : {Mask::causal, Mask::none}) {
+        ref::IndexerCase c;
+        c.num_heads = H;
+        c.mask = m;
+        c.new_tokens = {64, 200, 32};
+        c.cache_lens = {300, 500, 100};
+        c.seed = 21 + H + (m == Mask::none ? 1 : 0);
+        MlaIndexerParams p;
+        p.top_k = 256;
+        run_and_check("prefill", c, p, false);
+      }
+  }
+
+  TEST_CASE("prefill in several workspace chunks, page size 16, H 32") {
+    ref::IndexerCase c;
+    c.num_heads = 32;
+    c.page_size = 16;
+    c.new_tokens = {64, 200, 32};
+    c.cache_lens = {300, 500, 100};
+    c.seed = 5;
+    MlaIndexerParams p;
+    p.top_k = 64;
+    run_and_check("prefill chunked (ws 100 rows)", c, p, false, 100);
+  }
+
+  TEST_CASE("portable (sm_80/sm_89) scores path on the same prefill batch") {
+    ref::IndexerCase c;
+    c.num_heads = 64;
+    c.new_tokens = {64, 200, 32};
+    c.cache_lens = {300, 500, 100};
+    c.seed = 77;
+    c.nan_every = 101;
+    MlaIndexerParams p;
+    p.top_k = 256;
+    run_and_check("prefill portable path", c, p, false, 0, true);
+  }
+
+  TEST_CASE("heavy exact ties: zero q and repeated keys, including a tie bin larger than the candidate buffer") {
+    for (int H : {64, 128}) {
+      ref::IndexerCase c;
+      c.num_heads = H;
+      c.new_tokens = {40, 24};
+      c.cache_lens = {5000, 300};
+      c.ties = true;
+      c.seed = 31 + H;
+      MlaIndexerParams p;
+      p.top_k = 512;
+      run_and_check("ties", c, p, true);
+    }
+  }
+
+  TEST_CASE("a row of 131072 keys, top-2048") {
+    ref::IndexerCase c;
+    c.num_heads = 64;
+    c.new_tokens = {2};
+    c.cache_lens = {131070};
+    c.seed = 41;
+    MlaIndexerParams p;
+    p.top_k = 2048;
+    run_and_check("131072 keys", c, p, false);
+  }
+}

@@ -1,0 +1,74 @@
+#pragma once
+// CPU reference of the paged KV cache ops (SPEC §1): kv_cache_store, kv_cache_gather and
+// sparse_index_remap, on host copies of the cache.
+//
+// Precision: these ops do no accumulation, only single rounded operations, so the reference
+// evaluates exactly the f32 formulas the SPEC defines and the kernels must match it bit for bit:
+//   fp8 store:  amax = max |x| (NaN ignored), s = max(amax, 1e-4f) / 448.0f (IEEE f32 division),
+//               ue8m0: s rounded up to a power of two (exact, on the bits),
+//               q = e4m3_rne_satfinite(x / s) (IEEE f32 division)
+//   fp8 gather: y = cast(f32(q) * s) (one f32 product, then a round-to-nearest-even cast)
+//   otherwise:  y = cast(x) (round to nearest even).
+#include <cstdint>
+#include <vector>
+
+#include "mlajit/params.hpp"
+
+namespace mlajit::ref {
+
+// The cache of SPEC §1 on the host: blocks [num_blocks, kv_dim, num_layers, page_size, num_heads,
+// head_size] as raw bytes of params.dtype, and for fp8 f32 scales [..., head_dim_granularity].
+struct HostPagedCache {
+  PagedKVCacheParams params;
+  int64_t num_blocks = 0;
+  std::vector<uint8_t> blocks;
+  std::vector<float> scales;
+
+  HostPagedCache(const PagedKVCacheParams& p, int64_t num_blocks);
+  // Row of (physical block, kv index, layer, page offset): one token's [num_heads, head_size] slab.
+  int64_t row(uint32_t blk, int kv_idx, int layer_idx, uint32_t offset) const;
+  size_t row_bytes() const;     // num_heads * head_size * dtype size
+  int scales_per_row() const;   // num_heads * head_dim_granularity (fp8), else 0
+  uint8_t* row_data(int64_t r) { return blocks.data() + static_cast<size_t>(r) * row_bytes(); }
+  const uint8_t* row_data(int64_t r) const { return blocks.data() + static_cast<size_t>(r) * row_bytes(); }
+  float* row_scales(int64_t r) { return scales.data() + static_cast<size_t>(r) * scales_per_row(); }
+  const float* row_scales(int64_t r) const { return scales.data() + static_cast<size_t>(r) * scales_per_row(); }
+};
+
+// s = max(amax, 1e-4f) / 448.0f in f32; ue8m0: rounded up to a power of two.
+float fp8_group_scale(float amax, ScaleFmt fmt);
+// The smallest power of two >= s (s > 0; inf stays inf), by clearing the mantissa and carrying
+// into the exponent.
+float ue8m0_round_up(float s);
+
+// The physical block and page offset of logical position `pos` of sequence b; false when the
+// page is past the table (pages_per_seq) or the block id is >= num_blocks.
+bool resolve_slot(const std::vector<uint32_t>& lookup_table, int pages_per_seq, int64_t num_blocks, int page_size,
+                  int b, uint64_t pos, uint32_t* blk, uint32_t* offset);
+
+// kv_cache_store: x holds num_tokens * num_heads * head_size elements of p.input_dtype. Token t
+// of sequence b (row_offsets[b] <= t < row_offsets[b + 1]) goes to logical position
+// cache_lengths[b] + t - row_offsets[b]. Returns the number of tokens not written (page past
+// the table, block >= num_blocks, or t outside every sequence).
+int64_t kv_cache_store(const KvCacheStoreParams& p, const std::vector<uint8_t>& x, int64_t num_tokens,
+                       const std::vector<uint32_t>& row_offsets, const std::vector<uint32_t>& cache_lengths,
+                       const std::vector<uint32_t>& lookup_table, int pages_per_seq, int layer_idx, int kv_idx,
+                       HostPagedCache& cache);
+
+// kv_cache_gather into y (resized to batch_ids.size() * num_heads * head_size elements of
+// p.output_dtype). Rows that do not exist (batch id >= batch, page past the table, block >=
+// num_blocks) are NaN; returns their count.
+int64_t kv_cache_gather(const KvCacheGatherParams& p, const HostPagedCache& cache,
+                        const std::vector<uint32_t>& lookup_table, int batch, int pages_per_seq,
+                        const std::vector<uint32_t>& batch_ids, const std::vector<uint32_t>& positions, int layer_idx,
+                        int kv_idx, std::vector<uint8_t>& y);
+
+// sparse_index_remap of indices i32 [num_tokens, k]: e = lut[b, t / page_size] * page_size +
+// t % page_size; -1 for a negative index, a page past the table, a block >= num_blocks or a
+// token outside every sequence.
+std::vector<int32_t> sparse_index_remap(int page_size, const std::vector<int32_t>& indices, int64_t num_tokens,
+                                        int64_t k, const std::vector<uint32_t>& row_offsets,
+                                        const std::vector<uint32_t>& lookup_table, int pages_per_seq,
+                                        int64_t num_blocks);
+
+}  // namespace mlajit::ref

@@ -1,0 +1,74 @@
+#pragma once
+// CPU f64 reference of sparse_prefill (SPEC §3) on the decoded inputs, plus the host-side data
+// helpers its tests and benchmark share: bf16 / fp8 e4m3 encode-decode and a random paged latent
+// cache with per-row scales.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "mlajit/params.hpp"
+
+namespace mlajit::ref {
+
+// ---- element codecs (host) ------------------------------------------------------------------------
+float bf16_to_float(uint16_t b);
+uint16_t float_to_bf16(float f);  // round to nearest even (NaN stays NaN)
+float e4m3_to_float(uint8_t b);   // exact; 0x7F / 0xFF are NaN
+uint8_t float_to_e4m3(float f);   // round to nearest even, saturating to +-448 (satfinite)
+
+// ---- the op's inputs, on the host ------------------------------------------------------------------
+struct SparsePrefillProblem {
+  SparsePrefillParams p;
+  int64_t num_tokens = 0;
+  int64_t num_blocks = 0;
+  int64_t num_layers = 1;
+  int layer_idx = 0;
+  float softmax_scale = 0.f;
+  int64_t indices_stride = 0;
+  std::vector<uint16_t> q;             // bf16 bits [T, H, 576]
+  std::vector<uint8_t> blocks;         // raw kv_dtype bytes [num_blocks, 1, num_layers, page_size, 1, 576]
+  std::vector<float> scales;           // [num_blocks, 1, num_layers, page_size, 1, spt] (fp8 with sbs > 0)
+  std::vector<uint32_t> indices;       // [T, indices_stride] encoded (block * page_size + offset)
+  std::vector<uint32_t> topk_lengths;  // [T]
+  std::vector<float> attn_sink;        // [H] when p.attn_sink
+
+  int64_t row_stride() const { return num_layers * p.page_size; }
+  int64_t num_kv_rows() const { return (num_blocks - 1) * row_stride() + p.page_size; }
+  size_t block_bytes() const;  // bytes of `blocks`
+};
+
+struct SparsePrefillResult {
+  std::vector<double> out;  // [T, H, 512]
+  std::vector<double> lse;  // [T, H]; +inf for a row with no valid slot
+};
+
+// The decoded 576-vector of cache row `row` (absolute row: tma_row + layer_row_offset).
+void decode_row(const SparsePrefillProblem& pb, int64_t row, double* k576);
+
+// True iff slot j of token t is read (SPEC §3; lengths above the stride are clamped to it).
+bool slot_valid(const SparsePrefillProblem& pb, int64_t t, int64_t j);
+
+// The reference, threaded over tokens (`threads` 0: hardware concurrency).
+SparsePrefillResult sparse_prefill_reference(const SparsePrefillProblem& pb, unsigned threads = 0);
+
+// ---- random problems --------------------------------------------------------------------------------
+struct SparsePrefillShape {
+  int64_t num_tokens = 1;
+  int64_t indices_stride = 128;   // multiple of b_topk
+  int64_t num_blocks = 0;         // 0: enough pages for `kv_tokens` tokens (+1 spare)
+  int64_t kv_tokens = 4096;       // logical tokens the indices point into
+  int64_t num_layers = 2;
+  int layer_idx = 1;
+  float softmax_scale = 0.0416667f;  // 1 / sqrt(576)
+  // Test-data knobs (SPEC §4): fraction of invalid (0xFFFFFFFF / negative) and out-of-range slots,
+  // tokens with no valid slot, and lengths drawn in [1, stride] (never a multiple of b_topk unless
+  // it is the stride). Benchmarks turn these off.
+  bool irregular = true;
+};
+
+// Random normal q and cache (bf16, or fp8 quantized per scale block with scale = amax / 448;
+// unit scales when scale_block_size is 0), pages shuffled through a random permutation, distinct
+// random token indices per row encoded to physical rows.
+SparsePrefillProblem make_random_problem(const SparsePrefillParams& p, const SparsePrefillShape& s, uint64_t seed);
+
+}  // namespace mlajit::ref

@@ -1,0 +1,3 @@
+// doctest main of the unit suite (no GPU needed).
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>

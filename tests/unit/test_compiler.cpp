@@ -1,0 +1,162 @@
+// Compiler: NVRTC to CUBIN for each supported target, error reporting, dumps, arch checks, and the
+// precompiled-header measurement.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "mlajit/compiler.hpp"
+#include "mlajit/error.hpp"
+#include "unit/handwritten_kernel.hpp"
+
+using namespace mlajit;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool nvrtc_or_skip() {
+  std::string why;
+  if (Compiler::available(&why)) return true;
+  MESSAGE("NVRTC unavailable, compiler test skipped: " << why);
+  return false;
+}
+
+bool is_elf(const std::string& image) { return image.size() > 64 && image.compare(0, 4, "\x7f" "ELF") == 0; }
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const char* n, const std::string& v) : name(n) { ::setenv(n, v.c_str(), 1); }
+  ~ScopedEnv() { ::unsetenv(name.c_str()); }
+};
+
+}  // namespace
+
+TEST_CASE("arch names are validated and derived from compute capability") {
+  for (const char* a : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120"}) CHECK_NOTHROW(validate_arch(a));
+  for (const char* a : {"", "sm_75", "sm90a", "sm_90b", "compute_90", "SM_90"}) {
+    CAPTURE(a);
+    try {
+      validate_arch(a);
+      FAIL("accepted");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::InvalidArgument);
+      CHECK(std::string(e.what()).find("sm_90a") != std::string::npos);  // lists the allowed set
+    }
+  }
+  CHECK(arch_for_compute_capability(9, 0) == "sm_90a");
+  CHECK(arch_for_compute_capability(10, 0) == "sm_100a");
+  CHECK(arch_for_compute_capability(8, 9) == "sm_89");
+  CHECK(arch_for_compute_capability(8, 0) == "sm_80");
+  CHECK(arch_satisfies("sm_90a", "sm_80"));
+  CHECK(arch_satisfies("sm_89", "sm_80"));
+  CHECK_FALSE(arch_satisfies("sm_80", "sm_89"));
+  CHECK(arch_satisfies("sm_90a", "sm_90a"));
+  CHECK_FALSE(arch_satisfies("sm_100a", "sm_90a"));  // wgmma does not exist on sm_100
+  CHECK(arch_satisfies("sm_80", ""));
+}
+
+TEST_CASE("options: fixed set, never fast math") {
+  auto o = Compiler::global().options("sm_90a");
+  CHECK(std::find(o.begin(), o.end(), "--gpu-architecture=sm_90a") != o.end());
+  CHECK(std::find(o.begin(), o.end(), "-std=c++17") != o.end());
+  CHECK(std::find(o.begin(), o.end(), "-default-device") != o.end());
+  CHECK(std::find(o.begin(), o.end(), "-DNDEBUG") != o.end());
+  for (auto& x : o) CHECK(x.find("fast") == std::string::npos);
+  CHECK_THROWS_AS(Compiler::global().options("sm_75"), Error);
+}
+
+TEST_CASE("compiles a hand-written kernel to CUBIN for sm_80, sm_90a and sm_100a") {
+  if (!nvrtc_or_skip()) return;
+  MESSAGE("NVRTC " << Compiler::global().nvrtc_version());
+  auto src = mlajit_test::axpy_source(mlajit_test::axpy_spec(4));
+  for (const char* arch : {"sm_80", "sm_90a", "sm_100a"}) {
+    CAPTURE(arch);
+    auto before = Compiler::compile_count();
+    CompiledKernel k = Compiler::global().compile(src, arch);
+    CHECK(is_elf(k.cubin));
+    CHECK(k.stats.cubin_bytes == k.cubin.size());
+    CHECK(k.stats.seconds > 0);
+    CHECK(k.cubin.find("mj_test_axpy") != std::string::npos);  // the extern "C" symbol is in the image
+    CHECK(Compiler::compile_count() == before + 1);
+    MESSAGE(arch << ": " << k.cubin.size() << " bytes in " << k.stats.seconds * 1e3 << " ms");
+  }
+}
+
+TEST_CASE("a syntax error is Error(Compile) with the NVRTC log and the written source path") {
+  if (!nvrtc_or_skip()) return;
+  auto src = mlajit_test::axpy_source(mlajit_test::axpy_spec(8), "int broken = ;\n");
+  src.name = "test_broken_" + std::to_string(::getpid());
+  try {
+    Compiler::global().compile(src, "sm_80");
+    FAIL("compiled a syntax error");
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    CHECK(e.kind() == ErrorKind::Compile);
+    CHECK(msg.find("expected an expression") != std::string::npos);  // NVRTC's own diagnostic
+    CHECK(msg.find(src.name) != std::string::npos);
+    auto at = msg.find("source: ");
+    REQUIRE(at != std::string::npos);
+    std::string path = msg.substr(at + 8, msg.find('\n', at) - at - 8);
+    CAPTURE(path);
+    REQUIRE(fs::exists(path));
+    CHECK(slurp(path).find("int broken = ;") != std::string::npos);
+    CHECK(slurp(path).find("#include \"") == std::string::npos);  // expanded, self-contained
+    fs::remove(path);
+    fs::remove(fs::path(path).replace_extension(".log"));
+  }
+}
+
+TEST_CASE("target below min_arch is rejected before compiling") {
+  auto src = mlajit_test::axpy_source(mlajit_test::axpy_spec(4));
+  src.min_arch = "sm_90a";
+  CHECK_THROWS_AS(Compiler::global().compile(src, "sm_80"), Error);
+  CHECK_THROWS_AS(Compiler::global().compile(src, "sm_100a"), Error);
+}
+
+TEST_CASE("MLAJIT_DUMP_DIR receives .cu, .ptx, .cubin and .log") {
+  if (!nvrtc_or_skip()) return;
+  fs::path dir = fs::temp_directory_path() / ("mlajit_dump_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  ScopedEnv env("MLAJIT_DUMP_DIR", dir.string());
+  auto src = mlajit_test::axpy_source(mlajit_test::axpy_spec(16));
+  CompiledKernel k = Compiler::global().compile(src, "sm_90a");
+  CHECK(slurp(dir / (src.name + ".cubin")) == k.cubin);
+  std::string ptx = slurp(dir / (src.name + ".ptx"));
+  CHECK(ptx.find(".entry mj_test_axpy") != std::string::npos);
+  CHECK(ptx.find("div.rn.f32") != std::string::npos);  // IEEE division, no fast math
+  CHECK(slurp(dir / (src.name + ".cu")).find("mj_test_axpy") != std::string::npos);
+  CHECK(slurp(dir / (src.name + ".log")).find("--gpu-architecture=sm_90a") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("pch timing (measurement, printed)") {
+  // Measures whether NVRTC's automatic precompiled headers (--pch) cut compile time of a kernel
+  // that includes our templates. Compiler defaults to PCH off; this prints the numbers behind that.
+  if (!nvrtc_or_skip()) return;
+  auto src = mlajit_test::axpy_source(mlajit_test::axpy_spec(32));
+  Compiler c;
+  auto median_ms = [&](bool pch) {
+    c.set_use_pch(pch);
+    std::vector<double> t;
+    for (int i = 0; i < 5; ++i) t.push_back(c.compile(src, "sm_90a").stats.seconds * 1e3);
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  double off = median_ms(false), on = median_ms(true);
+  MESSAGE("NVRTC compile median of 5, sm_90a: without --pch " << off << " ms, with --pch " << on << " ms");
+  CHECK(off > 0);
+  CHECK(on > 0);
+}

@@ -1,0 +1,285 @@
+// sparse_prefill without a GPU: the f64 reference against hand-computed cases, the host codecs,
+// the op's argument validation (every error names its argument) and the generated source.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "mlajit/codegen.hpp"
+#include "mlajit/error.hpp"
+#include "mlajit/ops.hpp"
+#include "reference/sparse_prefill_ref.hpp"
+#include "sparse_prefill_launch.hpp"
+#include "sparse_prefill_plan.hpp"
+
+using namespace mlajit;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// A one-token, one-block problem whose slots the test fills by hand (page 64, 2 layers).
+ref::SparsePrefillProblem tiny_problem(DType kv, int sbs, bool sink, int heads = 16) {
+  SparsePrefillParams p;
+  p.kv_dtype = kv;
+  p.num_q_heads = heads;
+  p.scale_block_size = sbs;
+  p.attn_sink = sink;
+  ref::SparsePrefillShape s;
+  s.num_tokens = 1;
+  s.indices_stride = 64;
+  s.kv_tokens = 64;
+  s.num_blocks = 2;
+  s.irregular = false;
+  auto pb = ref::make_random_problem(p, s, 7);
+  for (auto& e : pb.indices) e = 0xFFFFFFFFu;
+  pb.topk_lengths[0] = 64;
+  return pb;
+}
+
+// Row (absolute) of encoded index e in layer pb.layer_idx.
+int64_t row_of(const ref::SparsePrefillProblem& pb, uint32_t e) {
+  return static_cast<int64_t>(e / pb.p.page_size) * pb.row_stride() + e % pb.p.page_size +
+         static_cast<int64_t>(pb.layer_idx) * pb.p.page_size;
+}
+
+double score(const ref::SparsePrefillProblem& pb, int h, const std::vector<double>& k) {
+  double dot = 0;
+  for (int d = 0; d < 576; ++d) dot += ref::bf16_to_float(pb.q[static_cast<size_t>(h) * 576 + d]) * k[d];
+  return pb.softmax_scale * dot;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::InvalidArgument);
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("sparse_prefill ref: host codecs") {
+  for (int c = 0; c < 256; ++c) {
+    const float v = ref::e4m3_to_float(static_cast<uint8_t>(c));
+    if ((c & 0x7F) == 0x7F) {
+      CHECK(std::isnan(v));
+      continue;
+    }
+    CHECK(ref::float_to_e4m3(v) == ((c == 0x80) ? 0x80 : c));  // -0 keeps its sign
+  }
+  CHECK(ref::e4m3_to_float(0x7E) == 448.f);
+  CHECK(ref::e4m3_to_float(0x01) == std::ldexp(1.f, -9));
+  CHECK(ref::float_to_e4m3(1000.f) == 0x7E);   // saturates
+  CHECK(ref::float_to_e4m3(-1000.f) == 0xFE);
+  CHECK(ref::float_to_e4m3(1.0625f) == 0x38);  // tie between 1.0 (even) and 1.125 -> 1.0
+  CHECK(ref::float_to_e4m3(1.1875f) == 0x3A);  // tie between 1.125 and 1.25 (even) -> 1.25
+  CHECK(ref::float_to_bf16(1.f) == 0x3F80);
+  CHECK(ref::bf16_to_float(ref::float_to_bf16(1.00390625f)) == 1.f);  // tie to even
+  CHECK(ref::bf16_to_float(ref::float_to_bf16(1.01171875f)) == 1.015625f);
+}
+
+TEST_CASE("sparse_prefill ref: a single valid key gives out = V and lse = p") {
+  for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+    auto pb = tiny_problem(kv, kv == DType::fp8_e4m3 ? 64 : 0, false);
+    const uint32_t e = 1 * 64 + 5;  // block 1, offset 5
+    pb.indices[17] = e;
+    auto r = ref::sparse_prefill_reference(pb, 1);
+    std::vector<double> k(576);
+    ref::decode_row(pb, row_of(pb, e), k.data());
+    for (int h = 0; h < pb.p.num_q_heads; ++h) {
+      for (int d = 0; d < 512; ++d) REQUIRE(r.out[static_cast<size_t>(h) * 512 + d] == doctest::Approx(k[d]).epsilon(1e-12));
+      CHECK(r.lse[h] == doctest::Approx(score(pb, h, k)).epsilon(1e-12));
+    }
+  }
+}
+
+TEST_CASE("sparse_prefill ref: a row without valid slots gives out = 0 and lse = +inf") {
+  auto pb = tiny_problem(DType::bf16, 0, false);
+  pb.indices[0] = 0x80000001u;                          // negative
+  pb.indices[1] = static_cast<uint32_t>(2 * 64 + 3);    // block 2 of 2: past the cache
+  pb.indices[2] = 7;                                    // valid, but past the length
+  pb.topk_lengths[0] = 2;
+  CHECK_FALSE(ref::slot_valid(pb, 0, 0));
+  CHECK_FALSE(ref::slot_valid(pb, 0, 1));
+  CHECK_FALSE(ref::slot_valid(pb, 0, 2));
+  auto r = ref::sparse_prefill_reference(pb, 1);
+  for (double v : r.out) REQUIRE(v == 0.0);
+  for (double v : r.lse) CHECK(v == kInf);
+}
+
+TEST_CASE("sparse_prefill ref: two keys follow the softmax; the sink scales out but not lse") {
+  auto pb = tiny_problem(DType::bf16, 0, true);
+  const uint32_t e0 = 3, e1 = 64 + 40;
+  pb.indices[0] = e0;
+  pb.indices[63] = e1;
+  const float sinks[3] = {-std::numeric_limits<float>::infinity(), 0.25f, std::numeric_limits<float>::infinity()};
+  std::vector<double> k0(576), k1(576);
+  ref::decode_row(pb, row_of(pb, e0), k0.data());
+  ref::decode_row(pb, row_of(pb, e1), k1.data());
+  for (float sink : sinks) {
+    for (auto& s : pb.attn_sink) s = sink;
+    auto r = ref::sparse_prefill_reference(pb, 2);
+    for (int h = 0; h < pb.p.num_q_heads; ++h) {
+      const double p0 = score(pb, h, k0), p1 = score(pb, h, k1), m = std::max(p0, p1);
+      const double w0 = std::exp(p0 - m), w1 = std::exp(p1 - m), l = w0 + w1;
+      const double denom = l + std::exp(static_cast<double>(sink) - m);
+      CHECK(r.lse[h] == doctest::Approx(m + std::log(l)).epsilon(1e-12));
+      for (int d = 0; d < 512; d += 37) {
+        const double want = std::isinf(denom) ? 0.0 : (w0 * k0[d] + w1 * k1[d]) / denom;
+        CHECK(r.out[static_cast<size_t>(h) * 512 + d] == doctest::Approx(want).epsilon(1e-12));
+      }
+    }
+  }
+}
+
+TEST_CASE("sparse_prefill ref: lengths above the stride are clamped; fp8 rows decode with their scales") {
+  auto pb = tiny_problem(DType::fp8_e4m3, 576, false);
+  pb.topk_lengths[0] = 1000;
+  pb.indices[63] = 10;
+  CHECK(ref::slot_valid(pb, 0, 63));
+  CHECK_FALSE(ref::slot_valid(pb, 0, 64));
+  std::vector<double> k(576);
+  const int64_t row = row_of(pb, 10);
+  ref::decode_row(pb, row, k.data());
+  const double s = pb.scales[static_cast<size_t>(row)];
+  CHECK(s > 0);
+  CHECK(k[100] == ref::e4m3_to_float(pb.blocks[static_cast<size_t>(row) * 576 + 100]) * s);
+}
+
+TEST_CASE("sparse_prefill random problems follow SPEC §4") {
+  SparsePrefillParams p;
+  p.num_q_heads = 16;
+  p.b_topk = 64;
+  ref::SparsePrefillShape s;
+  s.num_tokens = 40;
+  s.indices_stride = 256;
+  s.kv_tokens = 1000;
+  auto pb = ref::make_random_problem(p, s, 1);
+  CHECK(pb.topk_lengths[0] == 0);
+  CHECK(pb.topk_lengths[2] > 256);
+  int invalid = 0, ragged = 0;
+  for (int64_t t = 0; t < s.num_tokens; ++t) {
+    if (pb.topk_lengths[t] % 64 != 0) ++ragged;
+    for (int64_t j = 0; j < std::min<int64_t>(pb.topk_lengths[t], 256); ++j) invalid += !ref::slot_valid(pb, t, j);
+  }
+  CHECK(ragged >= 30);
+  CHECK(invalid > 0);
+  for (int64_t j = 0; j < 256; ++j) CHECK_FALSE(ref::slot_valid(pb, 1, j));
+  // Same seed, same data.
+  CHECK(ref::make_random_problem(p, s, 1).indices == pb.indices);
+}
+
+TEST_CASE("sparse_prefill op: argument validation names the argument (no GPU needed)") {
+  SparsePrefillParams p;
+  p.num_q_heads = 32;
+  p.kv_dtype = DType::fp8_e4m3;
+  p.scale_block_size = 64;
+  p.attn_sink = true;
+  p.emit_lse = true;
+  const int64_t T = 3, NB = 4, L = 2, P = 64, S = 128;
+  alignas(16) static unsigned char fake[64];  // never dereferenced: validation fails first
+  void* ptr = fake;
+  TensorView q(ptr, DType::bf16, {T, 32, 576});
+  ops::PagedCacheView kv;
+  kv.blocks = TensorView(ptr, DType::fp8_e4m3, {NB, 1, L, P, 1, 576});
+  kv.scales = TensorView(ptr, DType::f32, {NB, 1, L, P, 1, 9});
+  TensorView idx(ptr, DType::u32, {T, S}), len(ptr, DType::u32, {T}), sink(ptr, DType::f32, {32});
+  TensorView out(ptr, DType::bf16, {T, 32, 512}), lse(ptr, DType::f32, {T, 32});
+
+  // The good case builds the arguments the kernels get.
+  auto a = sparse_prefill::make_args(p, q, kv, idx, len, 1, 0.05f, sink, out, lse);
+  CHECK(a.num_tokens == T);
+  CHECK(a.indices_stride == S);
+  CHECK(a.row_stride == L * P);
+  CHECK(a.num_kv_rows == (NB - 1) * L * P + P);
+  CHECK(a.layer_row_offset == P);
+  CHECK(a.sm_scale_log2e == doctest::Approx(0.05 * 1.4426950408889634));
+  CHECK(a.kv_scales != nullptr);
+
+  auto call = [&](auto mutate) {
+    SparsePrefillParams pp = p;
+    TensorView q2 = q, idx2 = idx, len2 = len, sink2 = sink, out2 = out, lse2 = lse;
+    ops::PagedCacheView kv2 = kv;
+    int layer = 1;
+    float scale = 0.05f;
+    mutate(pp, q2, kv2, idx2, len2, sink2, out2, lse2, layer, scale);
+    return error_of([&] { ops::sparse_prefill(pp, q2, kv2, idx2, len2, layer, scale, sink2, out2, lse2); });
+  };
+  using V = TensorView;
+  using K = ops::PagedCacheView;
+  using Pr = SparsePrefillParams;
+  auto has = [](const std::string& msg, const char* what) {
+    INFO(msg);
+    CHECK(msg.find(what) != std::string::npos);
+  };
+  has(call([&](Pr&, V& q2, K&, V&, V&, V&, V&, V&, int&, float&) { q2 = V(ptr, DType::bf16, {T, 16, 576}); }), "q dim 1");
+  has(call([&](Pr&, V& q2, K&, V&, V&, V&, V&, V&, int&, float&) { q2 = V(ptr, DType::f16, {T, 32, 576}); }), "q dtype");
+  has(call([&](Pr&, V&, K& k, V&, V&, V&, V&, V&, int&, float&) { k.blocks = V(ptr, DType::bf16, {NB, 1, L, P, 1, 576}); }),
+      "kv.blocks dtype");
+  has(call([&](Pr&, V&, K& k, V&, V&, V&, V&, V&, int&, float&) { k.blocks = V(ptr, DType::fp8_e4m3, {NB, 1, L, 32, 1, 576}); }),
+      "kv.blocks dim 3");
+  has(call([&](Pr&, V&, K& k, V&, V&, V&, V&, V&, int&, float&) { k.scales = V(ptr, DType::f32, {NB, 1, L, P, 1, 8}); }),
+      "kv.scales dim 5");
+  has(call([&](Pr& pp, V&, K&, V&, V&, V&, V&, V&, int&, float&) { pp.scale_block_size = 0; }), "kv.scales");
+  has(call([&](Pr&, V&, K&, V& i, V&, V&, V&, V&, int&, float&) { i = V(ptr, DType::u32, {T, 100}); }),
+      "indices dim 1 (indices_stride)");
+  has(call([&](Pr&, V&, K&, V& i, V&, V&, V&, V&, int&, float&) { i = V(ptr, DType::i32, {T, S}); }), "indices dtype");
+  has(call([&](Pr&, V&, K&, V&, V& l, V&, V&, V&, int&, float&) { l = V(ptr, DType::u32, {T + 1}); }), "topk_lengths dim 0");
+  has(call([&](Pr&, V&, K&, V&, V&, V& s, V&, V&, int&, float&) { s = V(); }), "attn_sink");
+  has(call([&](Pr&, V&, K&, V&, V&, V& s, V&, V&, int&, float&) { s = V(ptr, DType::f32, {16}); }), "attn_sink dim 0");
+  has(call([&](Pr& pp, V&, K&, V&, V&, V&, V&, V&, int&, float&) { pp.attn_sink = false; }), "attn_sink");
+  has(call([&](Pr&, V&, K&, V&, V&, V&, V& o, V&, int&, float&) { o = V(ptr, DType::bf16, {T, 32, 576}); }), "out dim 2");
+  has(call([&](Pr&, V&, K&, V&, V&, V&, V&, V& l, int&, float&) { l = V(); }), "lse");
+  has(call([&](Pr& pp, V&, K&, V&, V&, V&, V&, V&, int&, float&) { pp.emit_lse = false; }), "lse");
+  has(call([&](Pr&, V&, K&, V&, V&, V&, V&, V&, int& layer, float&) { layer = 2; }), "layer_idx");
+  has(call([&](Pr&, V&, K&, V&, V&, V&, V&, V&, int&, float& sc) { sc = std::numeric_limits<float>::quiet_NaN(); }),
+      "softmax_scale");
+  has(call([&](Pr& pp, V&, K&, V&, V&, V&, V&, V&, int&, float&) { pp.num_q_heads = 24; }), "params.num_q_heads");
+  has(call([&](Pr&, V& q2, K&, V&, V&, V&, V&, V&, int&, float&) { q2.data = fake + 4; }), "q address");
+}
+
+TEST_CASE("sparse_prefill codegen: deterministic source with the planned entries") {
+  for (int heads : {16, 48, 80, 112, 128}) {
+    for (DType kv : {DType::bf16, DType::fp8_e4m3}) {
+      SparsePrefillParams p;
+      p.num_q_heads = heads;
+      p.kv_dtype = kv;
+      p.scale_block_size = kv == DType::fp8_e4m3 ? 64 : 0;
+      KernelSpec spec{p};
+      KernelSource a = generate(spec), b = generate(spec);
+      CHECK(a.code == b.code);
+      REQUIRE(a.entries.size() >= 1);
+      const auto plan = sparse_prefill::sm80_plan(p);
+      CHECK(a.entries[sparse_prefill::kEntrySm80].symbol == sparse_prefill::kSymbolSm80);
+      CHECK(a.entries[0].threads == static_cast<unsigned>(plan.threads));
+      CHECK(a.entries[0].smem_bytes == static_cast<unsigned>(plan.smem_bytes));
+      CHECK(plan.heads_per_cta * plan.head_tiles >= heads);
+      CHECK(plan.heads_per_cta * (plan.head_tiles - 1) < heads);
+      CHECK(plan.smem_bytes <= 227 * 1024);
+      CHECK(a.code.find("#include \"sparse_prefill_sm80.cuh\"") != std::string::npos);
+      CHECK(a.code.find(fmt::format("kSmemBytes == {}", plan.smem_bytes)) != std::string::npos);
+      CHECK(a.min_arch == "sm_80");
+      if (sparse_prefill::sm90_supported(p)) {
+        REQUIRE(a.entries.size() == 2);
+        CHECK(a.entries[sparse_prefill::kEntrySm90].symbol == sparse_prefill::kSymbolSm90);
+      } else {
+        CHECK(a.entries.size() == 1);
+      }
+    }
+  }
+}
+
+TEST_CASE("sparse_prefill path choice") {
+  SparsePrefillParams p;
+  CHECK(sparse_prefill::resolve_path(p, "sm_80", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
+  CHECK(sparse_prefill::resolve_path(p, "sm_100a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
+  CHECK(sparse_prefill::resolve_path(p, "sm_90a", sparse_prefill::Path::sm80) == sparse_prefill::Path::sm80);
+  CHECK_THROWS_AS(sparse_prefill::resolve_path(p, "sm_80", sparse_prefill::Path::sm90), Error);
+  CHECK(sparse_prefill::parse_path("sm90") == sparse_prefill::Path::sm90);
+  CHECK_THROWS_AS(sparse_prefill::parse_path("fast"), Error);
+}
