@@ -35,8 +35,9 @@ std::vector<KernelSetEntry> expand_entry(const json& entry, const std::string& p
   const Op op = parse_op(op_it->get<std::string>(), path + ".op");
   const json params = entry.value("params", json::object());
   json space = json::object();
-  for (const auto& [knob, values] : default_knob_space(op).items())
-    if (!params.is_object() || !params.contains(knob)) space[knob] = values;
+  const json defaults = default_knob_space(op);
+  for (auto it = defaults.begin(); it != defaults.end(); ++it)
+    if (!params.is_object() || !params.contains(it.key())) space[it.key()] = it.value();
   json swept = entry;
   if (!space.empty()) {
     swept["sweep"] = space;

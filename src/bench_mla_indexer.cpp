@@ -39,6 +39,7 @@ nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
   p.top_k = a.top_k;
   p.page_size = a.page_size;
   p.mask = a.mask;
+  p.num_stages = a.num_stages;
   p.validate();
   driver::ensure_context();
 
@@ -47,7 +48,8 @@ nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
   const int64_t pages = (keys + a.page_size - 1) / a.page_size;
   const int64_t num_blocks = pages + 1;
   std::mt19937_64 rng(1234);
-  std::vector<uint8_t> q(static_cast<size_t>(T * H * 128)), kb(static_cast<size_t>(num_blocks * layers * a.page_size * 128));
+  std::vector<uint8_t> q(static_cast<size_t>(T * H * 128)),
+      kb(static_cast<size_t>(num_blocks * layers * a.page_size * 128));
   for (auto& v : q) v = random_fp8(rng);
   for (auto& v : kb) v = random_fp8(rng);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -79,8 +81,7 @@ nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
       vws(ws.get(), DType::f32, {static_cast<int64_t>(std::max<size_t>(ws_bytes, 16) / 4)});
 
   auto time_stages = [&](unsigned stages) {
-    for (int w = 0; w < 2; ++w)
-      ops::detail::mla_indexer_run(p, vq, vqs, voff, kc, 1, keys, vout, vws, nullptr, stages);
+    for (int w = 0; w < 2; ++w) ops::detail::mla_indexer_run(p, vq, vqs, voff, kc, 1, keys, vout, vws, nullptr, stages);
     driver::synchronize();
     std::vector<float> ms;
     driver::EventTimer timer;
@@ -109,6 +110,7 @@ nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
   j["page_size"] = a.page_size;
   j["mask"] = a.mask == Mask::causal ? "causal" : "none";
   j["reps"] = a.reps;
+  j["num_stages"] = a.num_stages;
   j["arch"] = Runtime::global().arch();
   j["visible_pairs"] = pairs;
   j["workspace_bytes"] = ws_bytes;

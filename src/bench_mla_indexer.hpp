@@ -18,6 +18,7 @@ struct MlaIndexerBenchArgs {
   int reps = 20;
   int page_size = 64;
   Mask mask = Mask::causal;
+  int num_stages = 0;  // MlaIndexerParams::num_stages (0 = heuristic)
 };
 
 // CUDA-event timings after warm-up, median of `reps`: {"scores_ms", "topk_ms", "total_ms",

@@ -471,7 +471,7 @@ DiskCache::KeyLock::KeyLock(const DiskCache& cache, const std::string& key, doub
       return;
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      log::warn("lock {} still held after {:.0f} s; proceeding without it", path, timeout_s);
+      log::warn("lock {} still held after {:.1f} s; proceeding without it", path, timeout_s);
       ::close(fd);
       return;
     }

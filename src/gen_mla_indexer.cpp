@@ -52,7 +52,8 @@ KernelSource generate_mla_indexer(const KernelSpec& spec) {
       "}}\n\n",
       lay.sm90_threads);
   c += fmt::format(
-      "extern \"C\" __global__ void __launch_bounds__({}) mla_indexer_scores_portable(const MlaIndexerScoresArgs a) {{\n"
+      "extern \"C\" __global__ void __launch_bounds__({}) mla_indexer_scores_portable(const MlaIndexerScoresArgs a) "
+      "{{\n"
       "  mj::indexer_portable::scores_portable<kHeads, kPageShift, kCausal>(a);\n"
       "}}\n\n",
       lay.portable_threads);

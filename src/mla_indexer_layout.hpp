@@ -48,7 +48,8 @@ inline Layout layout(const MlaIndexerParams& p) {
   const unsigned q_bytes = static_cast<unsigned>(l.sm90_block_q * p.num_heads * 128);
   const unsigned off_kscale = q_bytes + l.stages * 64u * 128u;
   const unsigned off_w = off_kscale + l.stages * 64u * 4u;
-  const unsigned off_bar = off_w + static_cast<unsigned>(l.sm90_block_q * p.num_heads * 4);
+  // Weights: per token slot 4 quads x (H/4 + 4) floats (padded against bank conflicts).
+  const unsigned off_bar = off_w + static_cast<unsigned>(l.sm90_block_q * (p.num_heads + 16) * 4);
   l.sm90_smem_bytes = off_bar + l.stages * 16u + 1024u;
   l.portable_smem_bytes = static_cast<unsigned>((p.num_heads * 128 + p.num_heads) * 4);
   // RadixTopK::Smem: hist u32[4096], sel u64[pow2(k)], cand u64[4096], scan u32[17], 3 x u32.

@@ -158,16 +158,25 @@ SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, c
   return a;
 }
 
+bool path_available(const SparsePrefillParams& p, const std::string& arch, Path path) {
+  switch (path) {
+    case Path::automatic:
+    case Path::sm80: return true;
+    case Path::sm90: return arch == "sm_90a" && sm90_supported(p);
+  }
+  return false;
+}
+
 Path resolve_path(const SparsePrefillParams& p, const std::string& arch, Path requested) {
-  const bool hopper = arch == "sm_90a";
   switch (requested) {
-    case Path::automatic: return hopper && sm90_supported(p) ? Path::sm90 : Path::sm80;
+    case Path::automatic:
+      return path_available(p, arch, Path::sm90) && sm90_preferred(p) ? Path::sm90 : Path::sm80;
     case Path::sm80: return Path::sm80;
     case Path::sm90:
-      if (!hopper) throw_invalid("sparse_prefill path sm90: device arch", arch, "sm_90a");
+      if (arch != "sm_90a") throw_invalid("sparse_prefill path sm90: device arch", arch, "sm_90a");
       if (!sm90_supported(p))
         throw_invalid("sparse_prefill path sm90: params", KernelSpec{p}.name(),
-                      "a configuration the sm90 kernel covers (see sparse_prefill_plan.cpp)");
+                      "num_stages 0 or 2 (the sm90 kernel has a two-stage K ring)");
       return Path::sm90;
   }
   return Path::sm80;

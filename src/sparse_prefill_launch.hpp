@@ -11,8 +11,9 @@
 
 namespace mlajit::sparse_prefill {
 
-// Which kernel runs. automatic: the Hopper kernel on sm_90a where it covers the spec, else the
-// portable one. sm80 / sm90 force an entry (sm90 fails clearly where it is unavailable).
+// Which kernel runs. automatic: the Hopper kernel on sm_90a where it covers the spec and is the
+// better choice (sm90_preferred), else the portable one. sm80 / sm90 force an entry (sm90 fails
+// clearly where it is unavailable).
 enum class Path { automatic, sm80, sm90 };
 const char* path_name(Path p);
 Path parse_path(std::string_view name, const std::string& field = "path");
@@ -26,7 +27,10 @@ SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, c
                             float softmax_scale, const TensorView& attn_sink, const TensorView& out,
                             const TensorView& lse);
 
-// The path that runs for `requested` on a device of target `arch` (e.g. "sm_90a").
+// Whether entry `path` (sm80 | sm90) exists for p and runs on a device of target `arch`.
+bool path_available(const SparsePrefillParams& p, const std::string& arch, Path path);
+// The path that runs for `requested` on a device of target `arch` (e.g. "sm_90a"); automatic:
+// sm90 where available and preferred (sparse_prefill_plan.hpp: sm90_preferred), else sm80.
 Path resolve_path(const SparsePrefillParams& p, const std::string& arch, Path requested);
 
 // Launches entry `path` (sm80 | sm90) of `kernel` (built from `p`) over args.num_tokens tokens.

@@ -48,6 +48,18 @@ Sm80Plan sm80_plan(const SparsePrefillParams& p) {
 // pipeline depths (num_stages 1, 3, 4) exist only on the portable path.
 bool sm90_supported(const SparsePrefillParams& p) { return p.num_stages == 0 || p.num_stages == 2; }
 
+// Measured on an H200 (2026-11-21; s_q 4096, H 128, top-k 2048, s_kv 32K, b_topk 64):
+//   bf16:          sm90 441 TFLOP/s, sm80 239.
+//   fp8, sbs 64:   sm90 180, sm80 184; and the sm90 kernel rounds group scales to bf16 before
+//                  applying them (lse off by up to ~7e-3 against the f64 reference; sm80 ~1e-6).
+//   fp8, sbs 576:  sm90 180 (exact: per-row scales are folded in f32); sm80 sbs 0: 213.
+// So the Hopper kernel is preferred for bf16 and for fp8 with unit or per-row scales, and the
+// portable one for fp8 group scales (0 < sbs < 576), until the Hopper kernel applies them exactly.
+bool sm90_preferred(const SparsePrefillParams& p) {
+  const bool group_scales = p.kv_dtype == DType::fp8_e4m3 && p.scale_block_size > 0 && p.scale_block_size < 576;
+  return !group_scales;
+}
+
 Sm90Plan sm90_plan(const SparsePrefillParams& p) {
   if (!sm90_supported(p))
     throw_error(ErrorKind::Internal, "sparse_prefill: the sm90 kernel has no num_stages {} variant", p.num_stages);

@@ -22,6 +22,9 @@ struct Sm80Plan {
   int heads_per_cta = 0;  // 16 * m_tiles; the last head tile may hold padding heads
   int head_tiles = 0;     // CTAs per token
   int key_tile = 0;       // keys per pipeline step (32 | 64); independent of b_topk
+  // The pipeline is fixed (bf16: two K buffers, ping-pong; fp8: one staging buffer converted at the
+  // top of each step), so params.num_stages does not change this kernel: it selects among the
+  // Hopper kernel's variants only.
   int threads = 0;        // 64 * m_tiles (two warps per row tile)
   int smem_bytes = 0;     // dynamic shared memory (must equal Config::kSmemBytes)
 };
@@ -36,6 +39,9 @@ struct Sm90Plan {
   int num_stages = 0;
 };
 bool sm90_supported(const SparsePrefillParams& p);
+// Where both kernels can run (sm_90a and sm90_supported), whether the automatic path takes the
+// Hopper one. A measured policy: see the numbers next to the definition.
+bool sm90_preferred(const SparsePrefillParams& p);
 Sm90Plan sm90_plan(const SparsePrefillParams& p);
 
 }  // namespace mlajit::sparse_prefill

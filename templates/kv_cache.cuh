@@ -144,12 +144,18 @@ MJ_DEVICE Vec<V * T::kBytes> nan_vec() {
 
 // ---- fp8 quantization ----------------------------------------------------------------------------
 
-// Per-group scale: s = max(amax, 1e-4) / 448 (IEEE division); ue8m0 rounds s UP to a power of two
-// by clearing the mantissa and carrying into the exponent (exact; inf stays inf).
+// Per-group scale s = max(amax, 1e-4f) / 448.0f, correctly rounded (IEEE f32 division) without a
+// division: with r = RN(1/448), q0 = RN(a * r), rem = a - q0 * 448 (exact in one fma) and
+// RN(q0 + rem * r) is RN(a / 448) for every f32 a >= 1e-4 (checked exhaustively; tests/unit
+// samples it). amax = inf gives inf. ue8m0 then rounds s UP to a power of two by clearing the
+// mantissa and carrying into the exponent (exact; inf stays inf).
 template <bool UE8M0>
 MJ_DEVICE float group_scale(float amax) {
-  float s = fmaxf(amax, 1e-4f);
-  asm("div.rn.f32 %0, %1, %2;" : "=f"(s) : "f"(s), "f"(448.0f));
+  const float a = fmaxf(amax, 1e-4f);
+  const float r448 = 2.23214285e-3f;  // RN(1/448) = 0x3B124925
+  const float q0 = a * r448;
+  const float rem = fmaf(-q0, 448.0f, a);
+  float s = (q0 == __uint_as_float(0x7F800000u)) ? q0 : fmaf(rem, r448, q0);
   if constexpr (UE8M0) {
     u32 b = __float_as_uint(s);
     if (b & 0x007FFFFFu) b = (b & 0xFF800000u) + 0x00800000u;
@@ -158,23 +164,76 @@ MJ_DEVICE float group_scale(float amax) {
   return s;
 }
 
-// x / s rounded to nearest even, given r = RN(1/s). A power-of-two s (ue8m0) makes x * r exact.
-// Otherwise one Markstein correction: q0 = RN(x * r) is within an ulp of x / s, the remainder
-// x - q0 * s is exact in one fma, and RN(q0 + rem * r) is the correctly rounded quotient (exact
-// for every s >= 2^-23, which max(amax, 1e-4) / 448 guarantees, except for subnormal x whose
-// quotients are far below the smallest e4m3 step; tests/unit checks the identity). An exact q0
-// (rem == 0) is kept as is, which also keeps the sign of a zero quotient. s = inf (an infinite
-// input in the group) gives x / inf: a signed zero, or NaN for an infinite x.
+// x -> x / s correctly rounded (IEEE f32 division), for the s of one group. ue8m0: s is a power of
+// two, so x * (1/s) is exact (1/s from the exponent bits). fp32: one Markstein correction: with
+// r = RN(1/s), q0 = RN(x * r) is within an ulp of x / s, rem = x - q0 * s is exact in one fma, and
+// RN(q0 + rem * r) is the correctly rounded quotient (for every s >= 2^-23, which the scale formula
+// guarantees; subnormal x may differ in the last f32 bit, far below the smallest e4m3 step;
+// tests/unit checks the identity). The quotient takes x's sign bit, which keeps -0 / s = -0.
+// s = inf (an infinite input in the group) uses r = 0 and s_fma = 0: x / inf = +-0, inf / inf = NaN.
 template <bool UE8M0>
-MJ_DEVICE float div_by_scale(float x, float s, float r) {
-  if constexpr (UE8M0) {
-    return x * r;
+struct GroupQuantizer {
+  float r;      // RN(1 / s), 0 for s = inf
+  float s_fma;  // s, 0 for s = inf (keeps 0 * inf out of the remainder)
+
+  static MJ_DEVICE GroupQuantizer make(float s) {
+    GroupQuantizer g;
+    const bool inf = __float_as_uint(s) == 0x7F800000u;
+    if constexpr (UE8M0) {
+      g.r = inf ? 0.0f : __uint_as_float(0x7F000000u - __float_as_uint(s));  // 2^-k for s = 2^k
+      g.s_fma = 0.0f;
+    } else {
+      g.r = inf ? 0.0f : rcp_rn(s);
+      g.s_fma = inf ? 0.0f : s;
+    }
+    return g;
+  }
+  MJ_DEVICE float operator()(float x) const {
+    if constexpr (UE8M0) {
+      return x * r;
+    } else {
+      const float q0 = x * r;
+      const float rem = fmaf(-q0, s_fma, x);
+      const float q = fmaf(rem, r, q0);
+      return __uint_as_float((__float_as_uint(q) & 0x7FFFFFFFu) | (__float_as_uint(x) & 0x80000000u));
+    }
+  }
+};
+
+// max(acc, |elements of v|) for the amax of a group; NaN elements are ignored (like fmaxf).
+// bf16 / f16 inputs stay packed: |.| by clearing the sign bits, then one packed max per pair
+// (both formats order like their f32 values). The packed accumulator starts at 0.
+template <class In, int N>
+MJ_DEVICE void accumulate_absmax(u32& packed, float& scalar, const Vec<N>& v) {
+  if constexpr (same_type<In, Bf16>::value || same_type<In, F16>::value) {
+    if constexpr (N >= 4) {
+#pragma unroll
+      for (int w = 0; w < Vec<N>::kWords; ++w) {
+        const u32 a = v.w[w] & 0x7FFF7FFFu;
+        if constexpr (same_type<In, Bf16>::value) asm("max.bf16x2 %0, %0, %1;" : "+r"(packed) : "r"(a));
+        else asm("max.f16x2 %0, %0, %1;" : "+r"(packed) : "r"(a));
+      }
+    } else {
+      scalar = fmaxf(scalar, fabsf(In::to_f32(v.w[0] & 0xFFFFu)));
+    }
   } else {
-    if (__float_as_uint(s) == 0x7F800000u)
-      return fabsf(x) <= 3.40282347e38f ? __uint_as_float(__float_as_uint(x) & 0x80000000u) : __uint_as_float(0x7FC00000u);
-    const float q0 = x * r;
-    const float rem = fmaf(-q0, s, x);
-    return rem == 0.0f ? q0 : fmaf(rem, r, q0);
+    constexpr int V = N / In::kBytes;
+    float f[V];
+    unpack<In, V>(v, f);
+#pragma unroll
+    for (int k = 0; k < V; ++k) scalar = fmaxf(scalar, fabsf(f[k]));
+  }
+}
+
+// The amax of the two accumulators.
+template <class In>
+MJ_DEVICE float finish_absmax(u32 packed, float scalar) {
+  if constexpr (same_type<In, Bf16>::value || same_type<In, F16>::value) {
+    float lo, hi;
+    In::pair_to_f32(packed, lo, hi);
+    return fmaxf(scalar, fmaxf(lo, hi));
+  } else {
+    return scalar;
   }
 }
 
@@ -196,6 +255,7 @@ struct PlanOf {
   static constexpr int kHold = kP.hold;
   static constexpr bool kTwoPass = kP.two_pass;
   static constexpr int kSegsPerThread = kP.segs_per_thread;
+  static constexpr bool kTokenMajor = kP.token_major;
   static constexpr int kTeams = kP.teams;
   static constexpr int kSegsPerBlock = kP.segs_per_block;
   static constexpr int kSrcChunkBytes = kVec * Src::kBytes;
@@ -206,6 +266,43 @@ struct PlanOf {
   // First element of segment j within a token's row, and its number of chunks.
   static MJ_DEVICE int seg_elem(int j) { return QUANT ? (j / kNG) * D + (j % kNG) * G : 0; }
   static MJ_DEVICE int seg_chunks(int j) { return (QUANT && j % kNG == kNG - 1) ? kTailChunks : kChunks; }
+};
+
+// The segments one thread works on: token and segment index within the token of each, and
+// whether it exists (the last block may run past the tokens). Token-major plans give a thread
+// consecutive segments of one token; otherwise segment i of team t is i * teams + t.
+template <class Pl>
+struct ThreadSegments {
+  static constexpr int kS = Pl::kSegsPerThread;
+  u64 tok[kS];
+  int j[kS];
+  bool live[kS];
+
+  MJ_DEVICE ThreadSegments(long long num_tokens, int team) {
+    if constexpr (Pl::kTokenMajor) {
+      const u64 first = (static_cast<u64>(blockIdx.x) * Pl::kTeams + team) * kS;
+      const u64 t = first / Pl::kSegsPerToken;
+      const int j0 = static_cast<int>(first % Pl::kSegsPerToken);
+#pragma unroll
+      for (int i = 0; i < kS; ++i) {
+        tok[i] = t;
+        j[i] = j0 + i;
+        live[i] = t < static_cast<u64>(num_tokens);
+      }
+    } else {
+      const u64 total = static_cast<u64>(num_tokens) * Pl::kSegsPerToken;
+      const u64 seg0 = static_cast<u64>(blockIdx.x) * Pl::kSegsPerBlock + team;
+#pragma unroll
+      for (int i = 0; i < kS; ++i) {
+        const u64 seg = seg0 + static_cast<u64>(i) * Pl::kTeams;
+        tok[i] = seg / Pl::kSegsPerToken;
+        j[i] = static_cast<int>(seg % Pl::kSegsPerToken);
+        live[i] = seg < total;
+      }
+    }
+  }
+  // Segments sharing one token lookup: all of them when token-major, else each its own.
+  static constexpr int kLookups = Pl::kTokenMajor ? 1 : kS;
 };
 
 // ---- kv_cache_store ------------------------------------------------------------------------------
@@ -222,23 +319,13 @@ struct KvStore {
   static MJ_DEVICE void run(const KvCacheStoreArgs& a) {
     const int lane = static_cast<int>(threadIdx.x) % Pl::kLanes;
     const int team = static_cast<int>(threadIdx.x) / Pl::kLanes;
-    const u64 total = static_cast<u64>(a.num_tokens) * Pl::kSegsPerToken;
-    const u64 seg0 = static_cast<u64>(blockIdx.x) * Pl::kSegsPerBlock + team;
-
-    u64 tok[kS];
-    int j[kS], nchunks[kS];
-    bool live[kS];
-#pragma unroll
-    for (int i = 0; i < kS; ++i) {
-      const u64 seg = seg0 + static_cast<u64>(i) * Pl::kTeams;
-      live[i] = seg < total;
-      tok[i] = seg / Pl::kSegsPerToken;
-      j[i] = static_cast<int>(seg % Pl::kSegsPerToken);
-      nchunks[i] = Pl::seg_chunks(j[i]);
-    }
+    const ThreadSegments<Pl> sg(a.num_tokens, team);
     const char* x = static_cast<const char*>(a.x);
     auto src_chunk = [&](int i, int c) {
-      return x + (tok[i] * Pl::kRowElems + Pl::seg_elem(j[i]) + static_cast<u64>(c) * kVec) * In::kBytes;
+      return x + (sg.tok[i] * Pl::kRowElems + Pl::seg_elem(sg.j[i]) + static_cast<u64>(c) * kVec) * In::kBytes;
+    };
+    auto chunk_exists = [&](int i, int it, int c) {
+      return sg.live[i] && it < Pl::kIters && c < Pl::seg_chunks(sg.j[i]);
     };
 
     SrcVec buf[kS][Pl::kHold];
@@ -248,36 +335,42 @@ struct KvStore {
 #pragma unroll
         for (int h = 0; h < Pl::kHold; ++h) {
           const int c = (it0 + h) * Pl::kLanes + lane;
-          if (live[i] && it0 + h < Pl::kIters && c < nchunks[i]) buf[i][h] = load_stream<Pl::kSrcChunkBytes>(src_chunk(i, c));
+          if (chunk_exists(i, it0 + h, c)) buf[i][h] = load_stream<Pl::kSrcChunkBytes>(src_chunk(i, c));
           else clear(buf[i][h]);
         }
     };
 
-    // Issue the first batch of input loads, then resolve every segment's destination row.
+    // Issue the first batch of input loads, then look up the destination rows (the loads do not
+    // depend on the lookups, so their latencies overlap).
     load_batch(0);
     bool ok[kS];
     u64 row[kS];
 #pragma unroll
-    for (int i = 0; i < kS; ++i) {
-      ok[i] = false;
-      row[i] = 0;
-      if (live[i]) {
-        const int b = find_sequence(a.input_row_offsets, a.batch, tok[i]);
+    for (int l = 0; l < ThreadSegments<Pl>::kLookups; ++l) {
+      ok[l] = false;
+      row[l] = 0;
+      if (sg.live[l]) {
+        const int b = find_sequence(a.input_row_offsets, a.batch, sg.tok[l]);
         if (b >= 0) {
-          const u64 pos = static_cast<u64>(load_ro(a.cache_lengths + b)) + (tok[i] - load_ro(a.input_row_offsets + b));
+          const u64 pos = static_cast<u64>(load_ro(a.cache_lengths + b)) + (sg.tok[l] - load_ro(a.input_row_offsets + b));
           u32 blk, off;
           if (Rows::resolve(a.lookup_table, a.pages_per_seq, a.num_blocks, b, pos, blk, off)) {
-            ok[i] = true;
-            row[i] = Rows::row(blk, a.kv_idx, a.layer_idx, off);
+            ok[l] = true;
+            row[l] = Rows::row(blk, a.kv_idx, a.layer_idx, off);
           }
         }
         // A token is counted once: by lane 0 of the team owning its first segment.
-        if (!ok[i] && j[i] == 0 && lane == 0 && a.dropped != nullptr) atomicAdd(a.dropped, 1u);
+        if (!ok[l] && sg.j[l] == 0 && lane == 0 && a.dropped != nullptr) atomicAdd(a.dropped, 1u);
       }
+    }
+#pragma unroll
+    for (int i = ThreadSegments<Pl>::kLookups; i < kS; ++i) {
+      ok[i] = ok[0];
+      row[i] = row[0];
     }
     char* blocks = static_cast<char*>(a.blocks);
     auto dst_chunk = [&](int i, int c) {
-      return blocks + (row[i] * Pl::kRowElems + Pl::seg_elem(j[i]) + static_cast<u64>(c) * kVec) * Cache::kBytes;
+      return blocks + (row[i] * Pl::kRowElems + Pl::seg_elem(sg.j[i]) + static_cast<u64>(c) * kVec) * Cache::kBytes;
     };
 
     if constexpr (!kQuant) {
@@ -288,7 +381,7 @@ struct KvStore {
 #pragma unroll
           for (int h = 0; h < Pl::kHold; ++h) {
             const int c = (it0 + h) * Pl::kLanes + lane;
-            if (ok[i] && it0 + h < Pl::kIters && c < nchunks[i]) {
+            if (ok[i] && chunk_exists(i, it0 + h, c)) {
               if constexpr (same_type<In, Cache>::value) {
                 store(dst_chunk(i, c), buf[i][h]);
               } else {
@@ -307,35 +400,34 @@ struct KvStore {
       }
     } else {
       // fp8: amax over the whole group (team reduction), then scale and quantize.
-      auto batch_amax = [&](int it0, float (&amax)[kS]) {
+      u32 packed[kS];
+      float amax[kS];
+#pragma unroll
+      for (int i = 0; i < kS; ++i) {
+        packed[i] = 0u;
+        amax[i] = 0.0f;
+      }
+      auto batch_amax = [&] {
 #pragma unroll
         for (int i = 0; i < kS; ++i)
 #pragma unroll
-          for (int h = 0; h < Pl::kHold; ++h) {
-            float f[kVec];
-            unpack<In, kVec>(buf[i][h], f);  // cleared chunks are zeros
-#pragma unroll
-            for (int k = 0; k < kVec; ++k) amax[i] = fmaxf(amax[i], fabsf(f[k]));
-          }
+          for (int h = 0; h < Pl::kHold; ++h) accumulate_absmax<In>(packed[i], amax[i], buf[i][h]);  // cleared chunks are 0
       };
-      float amax[kS];
-#pragma unroll
-      for (int i = 0; i < kS; ++i) amax[i] = 0.0f;
-      batch_amax(0, amax);
+      batch_amax();
       if constexpr (Pl::kTwoPass) {
 #pragma unroll 1
         for (int it0 = Pl::kHold; it0 < Pl::kIters; it0 += Pl::kHold) {
           load_batch(it0);
-          batch_amax(it0, amax);
+          batch_amax();
         }
       }
-      float s[kS], r[kS];
+      GroupQuantizer<UE8M0> quant[kS];
 #pragma unroll
       for (int i = 0; i < kS; ++i) {
-        amax[i] = team_max<Pl::kLanes>(amax[i]);
-        s[i] = group_scale<UE8M0>(amax[i]);
-        r[i] = rcp_rn(s[i]);
-        if (ok[i] && lane == 0) a.scales[row[i] * (H * Pl::kNG) + j[i]] = s[i];
+        const float s = group_scale<UE8M0>(team_max<Pl::kLanes>(finish_absmax<In>(packed[i], amax[i])));
+        quant[i] = GroupQuantizer<UE8M0>::make(s);
+        // Spread the scale stores over the team's lanes.
+        if (ok[i] && lane == i % Pl::kLanes) a.scales[row[i] * (H * Pl::kNG) + sg.j[i]] = s;
       }
       auto quantize_batch = [&](int it0) {
 #pragma unroll
@@ -343,11 +435,11 @@ struct KvStore {
 #pragma unroll
           for (int h = 0; h < Pl::kHold; ++h) {
             const int c = (it0 + h) * Pl::kLanes + lane;
-            if (ok[i] && it0 + h < Pl::kIters && c < nchunks[i]) {
+            if (ok[i] && chunk_exists(i, it0 + h, c)) {
               float f[kVec];
               unpack<In, kVec>(buf[i][h], f);
 #pragma unroll
-              for (int k = 0; k < kVec; ++k) f[k] = div_by_scale<UE8M0>(f[k], s[i], r[i]);
+              for (int k = 0; k < kVec; ++k) f[k] = quant[i](f[k]);
               store(dst_chunk(i, c), pack<Cache, kVec>(f));
             }
           }
@@ -378,43 +470,48 @@ struct KvGather {
   static MJ_DEVICE void run(const KvCacheGatherArgs& a) {
     const int lane = static_cast<int>(threadIdx.x) % Pl::kLanes;
     const int team = static_cast<int>(threadIdx.x) / Pl::kLanes;
-    const u64 total = static_cast<u64>(a.num_tokens) * Pl::kSegsPerToken;
-    const u64 seg0 = static_cast<u64>(blockIdx.x) * Pl::kSegsPerBlock + team;
+    const ThreadSegments<Pl> sg(a.num_tokens, team);
 
-    u64 tok[kS], row[kS];
-    int j[kS], nchunks[kS];
-    bool live[kS], ok[kS];
-    float scale[kS];
+    u64 row[kS];
+    bool ok[kS];
 #pragma unroll
-    for (int i = 0; i < kS; ++i) {
-      const u64 seg = seg0 + static_cast<u64>(i) * Pl::kTeams;
-      live[i] = seg < total;
-      tok[i] = seg / Pl::kSegsPerToken;
-      j[i] = static_cast<int>(seg % Pl::kSegsPerToken);
-      nchunks[i] = Pl::seg_chunks(j[i]);
-      ok[i] = false;
-      row[i] = 0;
-      scale[i] = 1.0f;
-      if (live[i]) {
-        const u32 b = load_ro(a.batch_ids + tok[i]);
+    for (int l = 0; l < ThreadSegments<Pl>::kLookups; ++l) {
+      ok[l] = false;
+      row[l] = 0;
+      if (sg.live[l]) {
+        const u32 b = load_ro(a.batch_ids + sg.tok[l]);
         u32 blk, off;
         if (b < static_cast<u32>(a.batch) &&
             Rows::resolve(a.lookup_table, a.pages_per_seq, a.num_blocks, static_cast<int>(b),
-                          load_ro(a.positions + tok[i]), blk, off)) {
-          ok[i] = true;
-          row[i] = Rows::row(blk, a.kv_idx, a.layer_idx, off);
-          if constexpr (kQuant) scale[i] = load_ro(a.scales + row[i] * (H * Pl::kNG) + j[i]);
+                          load_ro(a.positions + sg.tok[l]), blk, off)) {
+          ok[l] = true;
+          row[l] = Rows::row(blk, a.kv_idx, a.layer_idx, off);
         }
-        if (!ok[i] && j[i] == 0 && lane == 0 && a.dropped != nullptr) atomicAdd(a.dropped, 1u);
+        if (!ok[l] && sg.j[l] == 0 && lane == 0 && a.dropped != nullptr) atomicAdd(a.dropped, 1u);
       }
+    }
+#pragma unroll
+    for (int i = ThreadSegments<Pl>::kLookups; i < kS; ++i) {
+      ok[i] = ok[0];
+      row[i] = row[0];
+    }
+    float scale[kS];
+#pragma unroll
+    for (int i = 0; i < kS; ++i) {
+      scale[i] = 1.0f;
+      if constexpr (kQuant)
+        if (ok[i]) scale[i] = load_ro(a.scales + row[i] * (H * Pl::kNG) + sg.j[i]);
     }
     const char* blocks = static_cast<const char*>(a.blocks);
     char* y = static_cast<char*>(a.y);
     auto src_chunk = [&](int i, int c) {
-      return blocks + (row[i] * Pl::kRowElems + Pl::seg_elem(j[i]) + static_cast<u64>(c) * kVec) * Cache::kBytes;
+      return blocks + (row[i] * Pl::kRowElems + Pl::seg_elem(sg.j[i]) + static_cast<u64>(c) * kVec) * Cache::kBytes;
     };
     auto dst_chunk = [&](int i, int c) {
-      return y + (tok[i] * Pl::kRowElems + Pl::seg_elem(j[i]) + static_cast<u64>(c) * kVec) * Out::kBytes;
+      return y + (sg.tok[i] * Pl::kRowElems + Pl::seg_elem(sg.j[i]) + static_cast<u64>(c) * kVec) * Out::kBytes;
+    };
+    auto chunk_exists = [&](int i, int it, int c) {
+      return sg.live[i] && it < Pl::kIters && c < Pl::seg_chunks(sg.j[i]);
     };
 
 #pragma unroll 1
@@ -425,7 +522,7 @@ struct KvGather {
 #pragma unroll
         for (int h = 0; h < Pl::kHold; ++h) {
           const int c = (it0 + h) * Pl::kLanes + lane;
-          if (ok[i] && it0 + h < Pl::kIters && c < nchunks[i]) buf[i][h] = load_stream<Pl::kSrcChunkBytes>(src_chunk(i, c));
+          if (ok[i] && chunk_exists(i, it0 + h, c)) buf[i][h] = load_stream<Pl::kSrcChunkBytes>(src_chunk(i, c));
           else clear(buf[i][h]);
         }
 #pragma unroll
@@ -433,7 +530,7 @@ struct KvGather {
 #pragma unroll
         for (int h = 0; h < Pl::kHold; ++h) {
           const int c = (it0 + h) * Pl::kLanes + lane;
-          if (!live[i] || it0 + h >= Pl::kIters || c >= nchunks[i]) continue;
+          if (!chunk_exists(i, it0 + h, c)) continue;
           if (!ok[i]) {
             store(dst_chunk(i, c), nan_vec<Out, kVec>());  // poison: the row does not exist
           } else if constexpr (!kQuant && same_type<Cache, Out>::value) {

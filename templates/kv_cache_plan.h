@@ -19,6 +19,7 @@ struct Plan {
   int hold;             // chunks per lane per segment held in registers at once
   bool two_pass;        // fp8 segment too long to hold: read once for amax, again to quantize
   int segs_per_thread;  // segments a thread works on together (bytes in flight)
+  bool token_major;     // a thread's segments are consecutive segments of ONE token (one lookup)
   int teams;            // teams per block
   int segs_per_block;
 };
@@ -68,7 +69,18 @@ constexpr Plan make_plan(int src_bytes, int dst_bytes, int num_heads, int head_s
   p.iters = (p.chunks + p.lanes - 1) / p.lanes;
   p.hold = p.iters <= 16 ? p.iters : 8;
   p.two_pass = quant && p.iters > 16;
-  p.segs_per_thread = plan_max(1, 4 / p.hold);
+  // Several segments per token (fp8 groups / heads): a thread takes consecutive segments of one
+  // token, as many as divide segs_per_token with <= 16 chunks held, so the token -> row lookup is
+  // done once per thread. One segment per token: a thread takes segments of different tokens,
+  // enough for >= 4 chunks in flight.
+  if (p.segs_per_token > 1) {
+    p.segs_per_thread = 1;
+    for (int d = 1; d <= p.segs_per_token; ++d)
+      if (p.segs_per_token % d == 0 && d * p.hold <= 16) p.segs_per_thread = d;
+  } else {
+    p.segs_per_thread = plan_max(1, 4 / p.hold);
+  }
+  p.token_major = p.segs_per_token % p.segs_per_thread == 0 && (p.segs_per_token > 1 || p.segs_per_thread == 1);
   p.teams = threads / p.lanes;
   p.segs_per_block = p.teams * p.segs_per_thread;
   return p;

@@ -42,14 +42,18 @@ struct ScoresSm90 {
   static constexpr unsigned kOffK = kQBytes;
   static constexpr unsigned kOffKScale = kOffK + STAGES * kKTileBytes;
   static constexpr unsigned kOffW = kOffKScale + STAGES * kTileKeys * 4;
-  static constexpr unsigned kOffBar = kOffW + kBlockQ * H * 4;
+  // Weights per slot: 4 quads x (H/4 + 4) floats; the 4-float pad puts the 4 quads' 16-byte
+  // loads in different banks.
+  static constexpr int kWQuad = H / 4 + 4;
+  static constexpr int kWSlot = 4 * kWQuad;
+  static constexpr unsigned kOffBar = kOffW + kBlockQ * kWSlot * 4;
   static constexpr unsigned kBytesUsed = kOffBar + 2 * STAGES * 8;
   static constexpr unsigned kSmemBytes = kBytesUsed + 1024;  // slack to align the base to 1024
 };
 
-// Two adjacent head weights, loaded with one 8-byte shared-memory access.
-struct alignas(8) Pair {
-  float x, y;
+// Four head weights of one thread, loaded with one 16-byte shared-memory access.
+struct alignas(16) Quad {
+  float x, y, z, w;
 };
 
 template <int H, int PAGE_SHIFT, bool CAUSAL, int STAGES>
@@ -103,10 +107,14 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
     cp_async_16(q_s + row * 128 + ((chunk ^ (row & 7)) << 4), src, ok ? 16u : 0u);
   }
   cp_async_commit();
+  // Weights are stored per slot as [quad][ii][2]: the H/4 weights one thread of a quad needs
+  // (heads 8 * ii + 2 * quad + {0, 1}) are contiguous, read with 16-byte loads in the epilogue.
   for (int n = tid; n < C::kBlockQ * H; n += C::kThreads) {
-    const long long t = a.chunk_row_begin + block_row0 + n / H;
-    const bool ok = block_row0 + n / H < a.chunk_rows && t < a.num_tokens;
-    w_sm[n] = ok ? a.qs[t * H + n % H] : 0.0f;
+    const int slot = n / H, h = n % H;
+    const long long t = a.chunk_row_begin + block_row0 + slot;
+    const bool ok = block_row0 + slot < a.chunk_rows && t < a.num_tokens;
+    const int ii = h >> 3, quad = (h >> 1) & 3, e = h & 1;
+    w_sm[slot * C::kWSlot + quad * C::kWQuad + ii * 2 + e] = ok ? a.qs[t * H + h] : 0.0f;
   }
   cp_async_wait<0>();
   fence_proxy_async_smem();
@@ -142,7 +150,8 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
           const u8* src = row >= 0 ? a.k_blocks + row * C::kDepth : a.k_blocks;
           const u32 bytes = row >= 0 ? 16u : 0u;
 #pragma unroll
-          for (int c = 0; c < 8; ++c) cp_async_16(kdst + r * 128 + ((c ^ (r & 7)) << 4), src + (row >= 0 ? c * 16 : 0), bytes);
+          for (int c = 0; c < 8; ++c)
+            cp_async_16(kdst + r * 128 + ((c ^ (r & 7)) << 4), src + (row >= 0 ? c * 16 : 0), bytes);
           const float* ssrc = row >= 0 ? a.k_scales + row * a.scale_row_stride : a.k_scales;
           cp_async_4(ks_s + stage * (C::kTileKeys * 4) + r * 4, ssrc, row >= 0 ? 4u : 0u);
         }
@@ -167,6 +176,10 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
   }
 
   // ---------------- consumer warpgroups: MMA + head reduction + stores ----------------
+  // Software pipeline across tiles: while the epilogue of one N = 128 half runs, the MMA of the
+  // next half (of this tile or of the next one) is in flight, so the tensor cores stay busy:
+  //   issue h0(t); [wait h1(t-1); release K(t-1); epilogue h1(t-1)]; issue h1(t); wait h0(t);
+  //   epilogue h0(t)
   const int wg = tid >> 7;
   const int warp_in_wg = warp & 3;
   const int quad = lane & 3;
@@ -175,80 +188,129 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
   const u64 desc_b0 = sw128_kmajor_desc(q_wg);
   const u64 desc_b1 = sw128_kmajor_desc(q_wg + 128 * 128);
   float acc0[64], acc1[64];
-  u32 consumed = 0;
 
-  for (int s0 = 0; s0 < C::kBlockQ;) {
-    if (!s_valid[s0]) {
-      ++s0;
-      continue;
+  // A tile of the walk: its segment [s0, s1) of token slots and its first key.
+  struct Tile {
+    int s0, s1;
+    long long kv0, kv_hi;
+    u32 stage;
+    float ks_lo, ks_hi;
+  };
+  // Next segment (starting at slot `from`) and its key range in this split; false when none is left.
+  auto next_segment = [&](int from, Tile& t) -> bool {
+    for (int s0 = from; s0 < C::kBlockQ;) {
+      if (!s_valid[s0]) {
+        ++s0;
+        continue;
+      }
+      int s1 = s0 + 1;
+      while (s1 < C::kBlockQ && s_valid[s1] && s_seq[s1] == s_seq[s0]) ++s1;
+      long long seg_vis = 0;
+      for (int s = s0; s < s1; ++s) seg_vis = s_visible[s] > seg_vis ? s_visible[s] : seg_vis;
+      const long long kv_hi = split_lo + a.keys_per_split < seg_vis ? split_lo + a.keys_per_split : seg_vis;
+      if (split_lo < kv_hi) {
+        t.s0 = s0;
+        t.s1 = s1;
+        t.kv0 = split_lo;
+        t.kv_hi = kv_hi;
+        return true;
+      }
+      s0 = s1;
     }
-    int s1 = s0 + 1;
-    while (s1 < C::kBlockQ && s_valid[s1] && s_seq[s1] == s_seq[s0]) ++s1;
-    long long seg_vis = 0;
-    for (int s = s0; s < s1; ++s) seg_vis = s_visible[s] > seg_vis ? s_visible[s] : seg_vis;
-    const long long kv_hi = split_lo + a.keys_per_split < seg_vis ? split_lo + a.keys_per_split : seg_vis;
-
-    // Reduces one N = 128 half over heads and stores the scores of its tokens that belong to
-    // this segment.
-    auto epilogue = [&](const float (&acc)[64], int half, long long kv0, float ks_lo, float ks_hi) {
+    return false;
+  };
+  // Reduces one N = 128 half over heads and stores the scores of its tokens that belong to the
+  // tile's segment.
+  auto epilogue = [&](const float (&acc)[64], int half, const Tile& tl) {
 #pragma unroll
-      for (int tt = 0; tt < C::kTokPerHalf; ++tt) {
-        const int slot = wg * C::kTokPerWg + half * C::kTokPerHalf + tt;
-        const float* w = w_sm + slot * H + 2 * quad;
-        float lo = 0.0f, hi = 0.0f;
+    for (int tt = 0; tt < C::kTokPerHalf; ++tt) {
+      const int slot = wg * C::kTokPerWg + half * C::kTokPerHalf + tt;
+      const Quad* w = reinterpret_cast<const Quad*>(w_sm + slot * C::kWSlot + quad * C::kWQuad);
+      // Four independent FMA chains (even/odd head of each row): the epilogue is bound by FMA
+      // latency, not issue, while the next MMA runs. One 16-byte load brings the weights of two
+      // column pairs (shared-memory wavefronts compete with the MMA operand reads).
+      float lo0 = 0.0f, lo1 = 0.0f, hi0 = 0.0f, hi1 = 0.0f;
 #pragma unroll
-        for (int ii = 0; ii < H / 8; ++ii) {
-          const int i = tt * (H / 8) + ii;
-          const Pair wv = *reinterpret_cast<const Pair*>(w + ii * 8);
-          lo = fmaf(fmaxf(acc[4 * i + 0], 0.0f), wv.x, lo);
-          lo = fmaf(fmaxf(acc[4 * i + 1], 0.0f), wv.y, lo);
-          hi = fmaf(fmaxf(acc[4 * i + 2], 0.0f), wv.x, hi);
-          hi = fmaf(fmaxf(acc[4 * i + 3], 0.0f), wv.y, hi);
-        }
-        lo += __shfl_xor_sync(0xffffffffu, lo, 1);
-        hi += __shfl_xor_sync(0xffffffffu, hi, 1);
-        lo += __shfl_xor_sync(0xffffffffu, lo, 2);
-        hi += __shfl_xor_sync(0xffffffffu, hi, 2);
-        if (slot >= s0 && slot < s1) {
-          // Lanes of a quad hold equal sums; two of them store (which two rotates with tt).
-          const int which = quad - ((2 * tt) & 3);
-          if (which == 0 || which == 1) {
-            const long long j = kv0 + row_lo + 8 * which;
-            if (j < s_visible[slot]) {
-              const float v = which == 0 ? lo * ks_lo : hi * ks_hi;
-              a.scores[(block_row0 + slot) * a.score_row_stride + j] = v;
-            }
+      for (int m = 0; m < H / 16; ++m) {
+        const Quad wv = w[m];
+        const int i = tt * (H / 8) + 2 * m;
+        lo0 = fmaf(fmaxf(acc[4 * i + 0], 0.0f), wv.x, lo0);
+        lo1 = fmaf(fmaxf(acc[4 * i + 1], 0.0f), wv.y, lo1);
+        hi0 = fmaf(fmaxf(acc[4 * i + 2], 0.0f), wv.x, hi0);
+        hi1 = fmaf(fmaxf(acc[4 * i + 3], 0.0f), wv.y, hi1);
+        lo0 = fmaf(fmaxf(acc[4 * i + 4], 0.0f), wv.z, lo0);
+        lo1 = fmaf(fmaxf(acc[4 * i + 5], 0.0f), wv.w, lo1);
+        hi0 = fmaf(fmaxf(acc[4 * i + 6], 0.0f), wv.z, hi0);
+        hi1 = fmaf(fmaxf(acc[4 * i + 7], 0.0f), wv.w, hi1);
+      }
+      float lo = lo0 + lo1, hi = hi0 + hi1;
+      lo += __shfl_xor_sync(0xffffffffu, lo, 1);
+      hi += __shfl_xor_sync(0xffffffffu, hi, 1);
+      lo += __shfl_xor_sync(0xffffffffu, lo, 2);
+      hi += __shfl_xor_sync(0xffffffffu, hi, 2);
+      if (slot >= tl.s0 && slot < tl.s1) {
+        // Lanes of a quad hold equal sums; two of them store (which two rotates with tt).
+        const int which = quad - ((2 * tt) & 3);
+        if (which == 0 || which == 1) {
+          const long long j = tl.kv0 + row_lo + 8 * which;
+          if (j < s_visible[slot]) {
+            const float v = which == 0 ? lo * tl.ks_lo : hi * tl.ks_hi;
+            a.scores[(block_row0 + slot) * a.score_row_stride + j] = v;
           }
         }
       }
-    };
+    }
+  };
 
-    for (long long kv0 = split_lo; kv0 < kv_hi; kv0 += C::kTileKeys) {
-      const u32 stage = consumed % STAGES;
-      mbar_wait(full_bar + 8 * stage, (consumed / STAGES) & 1u);
-      const float ks_lo = ks_sm[stage * C::kTileKeys + row_lo];
-      const float ks_hi = ks_sm[stage * C::kTileKeys + row_lo + 8];
-      const u64 desc_a = sw128_kmajor_desc(k_s + stage * C::kKTileBytes);
-      fence_operands(acc0);
-      fence_operands(acc1);
-      wgmma_fence();
+  Tile cur, prev;
+  prev.s0 = prev.s1 = 0;
+  prev.kv0 = prev.kv_hi = 0;
+  prev.stage = 0;
+  prev.ks_lo = prev.ks_hi = 0.0f;
+  bool have = next_segment(0, cur);
+  bool pending = false;  // h1 of `prev` is in flight
+  u32 consumed = 0;
+  while (have) {
+    cur.stage = consumed % STAGES;
+    mbar_wait(full_bar + 8 * cur.stage, (consumed / STAGES) & 1u);
+    cur.ks_lo = ks_sm[cur.stage * C::kTileKeys + row_lo];
+    cur.ks_hi = ks_sm[cur.stage * C::kTileKeys + row_lo + 8];
+    const u64 desc_a = sw128_kmajor_desc(k_s + cur.stage * C::kKTileBytes);
+    fence_operands(acc0);
+    wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k32_e4m3(acc0, desc_a + 2 * kk, desc_b0 + 2 * kk, kk > 0 ? 1u : 0u);
-      wgmma_commit();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k32_e4m3(acc1, desc_a + 2 * kk, desc_b1 + 2 * kk, kk > 0 ? 1u : 0u);
-      wgmma_commit();
+    for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k32_e4m3(acc0, desc_a + 2 * kk, desc_b0 + 2 * kk, kk > 0 ? 1u : 0u);
+    wgmma_commit();
+    if (pending) {
       wgmma_wait<1>();
-      fence_operands(acc0);
-      epilogue(acc0, 0, kv0, ks_lo, ks_hi);
-      wgmma_wait<0>();
       fence_operands(acc1);
       __syncwarp();
-      if (lane == 0) mbar_arrive(empty_bar + 8 * stage);
-      epilogue(acc1, 1, kv0, ks_lo, ks_hi);
-      ++consumed;
+      if (lane == 0) mbar_arrive(empty_bar + 8 * prev.stage);
+      epilogue(acc1, 1, prev);
     }
-    s0 = s1;
+    fence_operands(acc1);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k32_e4m3(acc1, desc_a + 2 * kk, desc_b1 + 2 * kk, kk > 0 ? 1u : 0u);
+    wgmma_commit();
+    wgmma_wait<1>();
+    fence_operands(acc0);
+    epilogue(acc0, 0, cur);
+    prev = cur;
+    pending = true;
+    ++consumed;
+    if (cur.kv0 + C::kTileKeys < cur.kv_hi) {
+      cur.kv0 += C::kTileKeys;
+    } else {
+      have = next_segment(cur.s1, cur);
+    }
+  }
+  if (pending) {
+    wgmma_wait<0>();
+    fence_operands(acc1);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty_bar + 8 * prev.stage);
+    epilogue(acc1, 1, prev);
   }
 }
 

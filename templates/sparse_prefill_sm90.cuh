@@ -97,8 +97,15 @@ enum : u32 {
   kBarOutWg1 = 8,    // WG1's output staged
 };
 
+// TUNE: development-only experiment bits, 0 in production (the generator never sets it); the
+// dev harness (dev/prefill90/) instantiates the others to measure alternatives side by side:
+//   1: bf16: no consumer-side proxy fence after a stage lands (what FlashMLA / CUTLASS cp.async
+//      mainloops do; not guaranteed by the PTX memory model)
+//   2: fp8: 9-chunk load window instead of 6 (unit / per-row / x16 group scales)
+//   4: fp8: the producer fences its stores before arriving (drains its load window at every half)
+//      instead of the consumers fencing after the wait
 template <int NUM_HEADS, int B_TOPK, bool KV_FP8, int SCALE_BLOCK, bool ATTN_SINK, bool EMIT_LSE, int PAGE_SIZE,
-          int NUM_STAGES>
+          int NUM_STAGES, int TUNE = 0>
 struct Config {
   static_assert(NUM_HEADS >= 16 && NUM_HEADS <= 128 && NUM_HEADS % 16 == 0,
                 "sparse_prefill_sm90: NUM_HEADS must be a multiple of 16 in [16, 128]");
@@ -121,6 +128,9 @@ struct Config {
   static constexpr bool kSink = ATTN_SINK;
   static constexpr bool kEmitLse = EMIT_LSE;
   static constexpr int kPageSize = PAGE_SIZE;
+  static constexpr bool kProducerFence = KV_FP8 && (TUNE & 4) != 0;
+  static constexpr bool kConsumerFence = KV_FP8 ? !kProducerFence : (TUNE & 1) == 0;
+  static constexpr bool kWideWindow = (TUNE & 2) != 0;
 
   static constexpr int kCtasPerToken = (NUM_HEADS + 63) / 64;
   static constexpr int kHeadsPerCta = NUM_HEADS / kCtasPerToken;
@@ -213,7 +223,6 @@ MJ_DEVICE u32 e4m3_pair_to_bf16x2_biased(u32 word, u32 sel) {
 }
 constexpr float kTwoPow56 = 72057594037927936.0f;
 constexpr float kTwoPow64 = 18446744073709551616.0f;
-constexpr float kTwoPow120 = 1.329227995784916e36f;
 
 // A slot's row: SPEC validity rule. Returns the absolute row (layer offset added) of a valid slot,
 // kNoRow otherwise. Rows are kept in 32 bits: a cache of 2^32 rows would be >= 2.4 TB (fp8).
@@ -331,132 +340,196 @@ struct Fp8Scales {
   float v[kPerChunk > 0 ? kPerChunk : 1];
 };
 
-// bf16x2 multipliers (group scale * 2^56) for the 8 element pairs of chunk u of a row.
+// bf16x2 multipliers (group scale * 2^56) for the 8 element pairs of chunk u of a row, split in a
+// high and a low bf16 part (hi + lo = the f32 scale to ~2^-16), so that fma(t, hi, t * lo) rounds
+// the product once instead of rounding the scale first (a systematic error per group).
+constexpr u32 kBf16x2TwoPow56 = 0x5B805B80u;  // bf16 2^56 in both halves
+MJ_DEVICE void split_scale(float sc, u32& hi, u32& lo) {
+  const float x = sc * kTwoPow56;
+  const u32 h = f32_to_bf16(x);
+  const u32 l = f32_to_bf16(x - __uint_as_float(h << 16));
+  hi = h | (h << 16);
+  lo = l | (l << 16);
+}
 template <class C>
-MJ_DEVICE void chunk_multipliers(const Fp8Scales<C>& sc, int u, u32 (&m)[8]) {
+MJ_DEVICE void chunk_multipliers(const Fp8Scales<C>& sc, int u, u32 (&hi)[8], u32 (&lo)[8]) {
   if constexpr (Fp8Scales<C>::kPerChunk == 1) {
-    const u32 w = pack_bf16x2(sc.v[0] * kTwoPow56, sc.v[0] * kTwoPow56);
+    u32 h, l;
+    split_scale(sc.v[0], h, l);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) m[i] = w;
+    for (int i = 0; i < 8; ++i) hi[i] = h, lo[i] = l;
   } else if constexpr (C::kScaleBlock % 8 == 0) {  // v[0]: elements 0..7, v[1]: elements 8..15
-    const u32 w0 = pack_bf16x2(sc.v[0] * kTwoPow56, sc.v[0] * kTwoPow56);
-    const u32 w1 = pack_bf16x2(sc.v[1] * kTwoPow56, sc.v[1] * kTwoPow56);
+    u32 h0, l0, h1, l1;
+    split_scale(sc.v[0], h0, l0);
+    split_scale(sc.v[1], h1, l1);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      m[i] = w0;
-      m[i + 4] = w1;
+      hi[i] = h0, lo[i] = l0;
+      hi[i + 4] = h1, lo[i + 4] = l1;
     }
   } else {  // one group boundary somewhere in the chunk: elements from `split` on use v[1]
-    const float s0 = sc.v[0] * kTwoPow56, s1 = sc.v[1] * kTwoPow56;
+    u32 h0, l0, h1, l1;
+    split_scale(sc.v[0], h0, l0);
+    split_scale(sc.v[1], h1, l1);
     const int split = ((16 * u) / C::kScaleBlock + 1) * C::kScaleBlock - 16 * u;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) m[i] = pack_bf16x2(2 * i >= split ? s1 : s0, 2 * i + 1 >= split ? s1 : s0);
+    for (int i = 0; i < 8; ++i) {
+      const u32 mlo = 2 * i >= split ? 0xFFFFu : 0u, mhi = 2 * i + 1 >= split ? 0xFFFF0000u : 0u;
+      const u32 sel = mlo | mhi;  // halves taking v[1]
+      hi[i] = (h1 & sel) | (h0 & ~sel);
+      lo[i] = (l1 & sel) | (l0 & ~sel);
+    }
   }
 }
+MJ_DEVICE u32 fma_bf16x2(u32 a, u32 b, u32 c) {
+  u32 r;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
 
+// The fp8 producer's per-thread state; chunk<I>() handles chunk I of a step with every index a
+// compile-time constant (template recursion rather than a loop the compiler might not fold).
 template <class C>
-MJ_DEVICE void produce_fp8(const SparsePrefillArgs& a, const Smem& s, i64 token, int topk_len, int steps) {
+struct Fp8Producer {
   using Plan = Fp8Plan;
   using Scales = Fp8Scales<C>;
   // Loads in flight per thread (divides 36, so ring slots repeat each step): 6 x 16 B x 128 threads
   // = 12 KB per SM in flight, enough for ~14 B/clk at ~800 clk L2 latency. Two scale floats per
   // chunk (and the group-boundary decode) leave registers for shorter windows only.
-  constexpr int kWindow = Scales::kPerChunk < 2 ? 6 : C::kScaleBlock % 8 == 0 ? 4 : 3;
+  static constexpr int kWindow = Scales::kPerChunk < 2 ? (C::kWideWindow ? 9 : 6) : C::kScaleBlock % 8 == 0 ? 4 : 2;
   static_assert(Plan::kChunks % kWindow == 0, "window must divide the chunks per step");
-  const int t = static_cast<int>(threadIdx.x) - 256;
-  const int g = t >> 2, c = t & 3;
-  const u32* token_indices = a.indices + token * a.indices_stride;
-  const unsigned char* kv = static_cast<const unsigned char*>(a.kv_blocks) + c * 16;
-  const u64 policy = sm90::l2_policy_evict_last();
-  const u32 sw = static_cast<u32>(g) & 7u;
 
-  // rows[block][k]: block b of the step (stage b), row g + 32 k; kNoRow when invalid.
+  const SparsePrefillArgs& a;
+  const Smem& s;
+  const unsigned char* kv;  // cache base + this lane's 16-byte column offset
+  const float* scales;      // kv_scales
+  u64 policy;
+  int g, c;
+  // `c` laundered through an empty asm once per step: per-chunk values derived from the lane (scale
+  // group indices, group boundaries) are then recomputed each step instead of being hoisted out of
+  // the step loop into 36 chunks' worth of live registers.
+  int cv;
+  u32 sw;
+  u32 cur[2][2], nxt[2][2];  // [block of the step][k]: row g + 32 k, kNoRow when invalid
+  u32 raw[kWindow][4];
+  Scales sc[kWindow];
+
+  // Loads chunk J of a step (rows from `rows`) into ring slot J % kWindow.
+  template <int J>
+  MJ_DEVICE void load(const u32 (&rows)[2][2]) {
+    constexpr int h = Plan::half_of(J), k = Plan::row_of(J), tile = Plan::tile_of(J), slot = J % kWindow;
+    const u32 row = rows[Plan::stage(h)][k];
+    if (row != kNoRow) {
+      sm90::ldg128_policy<64 * tile>(kv + static_cast<u64>(row) * kQkDim, policy, raw[slot][0], raw[slot][1],
+                                     raw[slot][2], raw[slot][3]);
+      if constexpr (Scales::kPerChunk >= 1) {
+        const float* rs = scales + static_cast<u64>(row) * C::kScalesPerToken;
+        const int u = 4 * tile + cv;
+        sc[slot].v[0] = sm90::ldg_f32_ordered(rs + (16 * u) / C::kScaleBlock);
+        if constexpr (Scales::kPerChunk == 2)
+          sc[slot].v[1] = sm90::ldg_f32_ordered(rs + (16 * u + (C::kScaleBlock % 8 == 0 ? 8 : 15)) / C::kScaleBlock);
+      }
+    } else {
+      raw[slot][0] = raw[slot][1] = raw[slot][2] = raw[slot][3] = 0u;
+      if constexpr (Scales::kPerChunk >= 1) sc[slot].v[0] = 0.0f;
+      if constexpr (Scales::kPerChunk == 2) sc[slot].v[1] = 0.0f;
+    }
+  }
+
+  template <int I>
+  MJ_DEVICE void chunk(u32 empty_parity) {
+    constexpr int h = Plan::half_of(I), k = Plan::row_of(I), tile = Plan::tile_of(I), slot = I % kWindow;
+    constexpr int st = Plan::stage(h), side = Plan::side(h);
+    if constexpr (I == Plan::first_chunk(h)) {
+      sm90::mbar_wait(s.empty[st][side], empty_parity);
+      if constexpr (side == st) {  // a stage's first half: publish its key bias / per-row scales
+        if (c == 0) {
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk) {
+            const u32 row = cur[st][kk];
+            s.bias[st * 64 + g + 32 * kk] = row != kNoRow ? 0.0f : neg_inf();
+            if constexpr (C::kRowScale) s.colscale[st * 64 + g + 32 * kk] = row != kNoRow ? __ldg(scales + row) : 0.0f;
+          }
+        }
+      }
+    }
+    // Pin the slot here: otherwise the compiler hoists the decode of every prefetched chunk up to
+    // its load, which holds far more registers than the ring itself.
+#pragma unroll
+    for (int w = 0; w < 4; ++w) asm volatile("" : "+r"(raw[slot][w]));
+    if constexpr (Scales::kPerChunk >= 1) asm volatile("" : "+f"(sc[slot].v[0]));
+    if constexpr (Scales::kPerChunk == 2) asm volatile("" : "+f"(sc[slot].v[1]));
+    u32 out[8];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      out[2 * w] = e4m3_pair_to_bf16x2_biased(raw[slot][w], 0x1404u);
+      out[2 * w + 1] = e4m3_pair_to_bf16x2_biased(raw[slot][w], 0x3424u);
+    }
+    // Always scaled (by 2^56 at least): the bit-moved value K * 2^-120 would put P V products in
+    // the f32 subnormal range, where the tensor cores may flush them.
+    if constexpr (C::kGroupScale) {
+      u32 hi[8], lo[8];
+      chunk_multipliers<C>(sc[slot], 4 * tile + cv, hi, lo);
+#pragma unroll
+      for (int w = 0; w < 8; ++w) out[w] = fma_bf16x2(out[w], hi[w], mul_bf16x2(out[w], lo[w]));
+    } else {
+#pragma unroll
+      for (int w = 0; w < 8; ++w) out[w] = mul_bf16x2(out[w], kBf16x2TwoPow56);  // exact
+    }
+    const u32 dst = s.k[st] + tile * kTileBytes + static_cast<u32>(g + 32 * k) * 128u;
+    sm90::sts128(dst + (((2u * c) ^ sw) << 4), out[0], out[1], out[2], out[3]);
+    sm90::sts128(dst + (((2u * c + 1u) ^ sw) << 4), out[4], out[5], out[6], out[7]);
+    // Refill the slot with the chunk kWindow ahead (the next step's once past this one).
+    if constexpr (I + kWindow < Plan::kChunks) {
+      load<I + kWindow>(cur);
+    } else {
+      load<I + kWindow - Plan::kChunks>(nxt);
+    }
+    if constexpr (I == Plan::first_chunk(h) + 2 * Plan::tiles(h) - 1) {
+      if constexpr (C::kProducerFence) sm90::fence_proxy_async_smem();
+      sm90::mbar_arrive(s.full[st][side]);  // release; the consumers fence after acquiring (wait_full)
+    }
+    if constexpr (I + 1 < Plan::kChunks) chunk<I + 1>(empty_parity);
+  }
+
+  template <int I>
+  MJ_DEVICE void prefetch() {
+    load<I>(cur);
+    if constexpr (I + 1 < kWindow) prefetch<I + 1>();
+  }
+};
+
+template <class C>
+MJ_DEVICE void produce_fp8(const SparsePrefillArgs& a, const Smem& s, i64 token, int topk_len, int steps) {
+  const int t = static_cast<int>(threadIdx.x) - 256;
+  Fp8Producer<C> p{a, s};
+  p.g = t >> 2;
+  p.c = t & 3;
+  p.kv = static_cast<const unsigned char*>(a.kv_blocks) + p.c * 16;
+  p.scales = a.kv_scales;
+  p.policy = sm90::l2_policy_evict_last();
+  p.sw = static_cast<u32>(p.g) & 7u;
+  const u32* token_indices = a.indices + token * a.indices_stride;
   auto resolve_step = [&](int step, u32 (&rows)[2][2]) {
 #pragma unroll
     for (int b = 0; b < 2; ++b) {
 #pragma unroll
       for (int k = 0; k < 2; ++k)
-        rows[b][k] = step < steps ? resolve_slot<C>(a, token_indices, (2 * step + b) * kBlockKeys + g + 32 * k, topk_len)
+        rows[b][k] = step < steps ? resolve_slot<C>(a, token_indices, (2 * step + b) * kBlockKeys + p.g + 32 * k, topk_len)
                                   : kNoRow;
     }
   };
-  auto load_chunk = [&](const u32 (&rows)[2][2], int h, int k, int tile, u32 (&raw)[4], Scales& sc) {
-    const u32 row = rows[Plan::stage(h)][k];
-    if (row != kNoRow) {
-      const int u = 4 * tile + c;  // this thread's 16-byte chunk of the row
-      sm90::ldg128_policy(kv + static_cast<u64>(row) * kQkDim + 64 * tile, policy, raw[0], raw[1], raw[2], raw[3]);
-      if constexpr (Scales::kPerChunk >= 1) {
-        const float* rs = a.kv_scales + static_cast<u64>(row) * C::kScalesPerToken;
-        sc.v[0] = sm90::ldg_f32_ordered(rs + (16 * u) / C::kScaleBlock);
-        if constexpr (Scales::kPerChunk == 2)
-          sc.v[1] = sm90::ldg_f32_ordered(rs + (16 * u + (C::kScaleBlock % 8 == 0 ? 8 : 15)) / C::kScaleBlock);
-      }
-    } else {
-      raw[0] = raw[1] = raw[2] = raw[3] = 0u;
-      if constexpr (Scales::kPerChunk >= 1) sc.v[0] = 0.0f;
-      if constexpr (Scales::kPerChunk == 2) sc.v[1] = 0.0f;
-    }
-  };
-
-  u32 cur[2][2], nxt[2][2];
-  u32 raw[kWindow][4];
-  Scales sc[kWindow];
-  resolve_step(0, cur);
-#pragma unroll
-  for (int i = 0; i < kWindow; ++i)
-    load_chunk(cur, Plan::half_of(i), Plan::row_of(i), Plan::tile_of(i), raw[i], sc[i]);
-
+  resolve_step(0, p.cur);
+  p.cv = p.c;
+  p.template prefetch<0>();
   for (int step = 0; step < steps; ++step) {
-    const u32 empty_parity = (static_cast<u32>(step) & 1u) ^ 1u;
-    resolve_step(step + 1, nxt);
-#pragma unroll
-    for (int i = 0; i < Plan::kChunks; ++i) {
-      const int h = Plan::half_of(i), k = Plan::row_of(i), tile = Plan::tile_of(i);
-      const int st = Plan::stage(h);
-      if (i == Plan::first_chunk(h)) {
-        sm90::mbar_wait(s.empty[st][Plan::side(h)], empty_parity);
-        if (Plan::side(h) == st && c == 0) {  // a stage's first half: publish its key bias / scales
-#pragma unroll
-          for (int kk = 0; kk < 2; ++kk) {
-            const u32 row = cur[st][kk];
-            s.bias[st * 64 + g + 32 * kk] = row != kNoRow ? 0.0f : neg_inf();
-            if constexpr (C::kRowScale) s.colscale[st * 64 + g + 32 * kk] = row != kNoRow ? __ldg(a.kv_scales + row) : 0.0f;
-          }
-        }
-      }
-      const int slot = i % kWindow;
-      u32 out[8];
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        out[2 * w] = e4m3_pair_to_bf16x2_biased(raw[slot][w], 0x1404u);
-        out[2 * w + 1] = e4m3_pair_to_bf16x2_biased(raw[slot][w], 0x3424u);
-      }
-      if constexpr (C::kGroupScale) {
-        u32 mult[8];
-        chunk_multipliers<C>(sc[slot], 4 * tile + c, mult);
-#pragma unroll
-        for (int w = 0; w < 8; ++w) out[w] = mul_bf16x2(out[w], mult[w]);
-      }
-      const u32 dst = s.k[st] + tile * kTileBytes + static_cast<u32>(g + 32 * k) * 128u;
-      sm90::sts128(dst + (((2u * c) ^ sw) << 4), out[0], out[1], out[2], out[3]);
-      sm90::sts128(dst + (((2u * c + 1u) ^ sw) << 4), out[4], out[5], out[6], out[7]);
-      // Refill the slot with the chunk kWindow ahead (possibly the next step's).
-      const int j = i + kWindow;
-      if (j < Plan::kChunks) {
-        load_chunk(cur, Plan::half_of(j), Plan::row_of(j), Plan::tile_of(j), raw[slot], sc[slot]);
-      } else {
-        const int jn = j - Plan::kChunks;
-        load_chunk(nxt, Plan::half_of(jn), Plan::row_of(jn), Plan::tile_of(jn), raw[slot], sc[slot]);
-      }
-      if (i == Plan::first_chunk(h) + 2 * Plan::tiles(h) - 1) {
-        sm90::fence_proxy_async_smem();  // the tensor cores (async proxy) read these plain stores next
-        sm90::mbar_arrive(s.full[st][Plan::side(h)]);
-      }
-    }
+    resolve_step(step + 1, p.nxt);
+    asm volatile("" : "+r"(p.cv));
+    p.template chunk<0>((static_cast<u32>(step) & 1u) ^ 1u);
 #pragma unroll
     for (int b = 0; b < 2; ++b) {
 #pragma unroll
-      for (int k = 0; k < 2; ++k) cur[b][k] = nxt[b][k];
+      for (int k = 0; k < 2; ++k) p.cur[b][k] = p.nxt[b][k];
     }
   }
 }
@@ -469,13 +542,15 @@ struct Lane {
   int wg, w, gid, tig, r0, r1;
 };
 
-// Waits until a stage half is full and makes it readable by wgmma. cp.async data are generic-proxy
-// writes; the fence orders them (acquired through the barrier) before this thread's async-proxy
-// (tensor core) reads. The fp8 producer fences its own stores before arriving.
+// Waits until a stage half is full and makes it readable by wgmma. The producer's writes (cp.async
+// or st.shared) are generic-proxy writes, wgmma reads through the async proxy: the proxy fence sits
+// in the causality chain producer store -> mbarrier release -> this acquire -> fence -> wgmma. It is
+// issued here rather than by the producer because a fence there would also wait for the producer's
+// in-flight row loads (MEMBAR.ALL.CTA), draining its prefetch window at every half.
 template <class C>
 MJ_DEVICE void wait_full(const Smem& s, int stage, int half, u32 parity) {
   sm90::mbar_wait(s.full[stage][half], parity);
-  if constexpr (!C::kFp8) sm90::fence_proxy_async_smem();
+  if constexpr (C::kConsumerFence) sm90::fence_proxy_async_smem();
   sm90::wgmma_fence();
 }
 
@@ -602,11 +677,10 @@ MJ_DEVICE void store_p(u32 tile, const u32 (&ps)[16], const Lane& ln, int lane) 
   }
 }
 
-// The fp8 tile holds K * 2^-kTileExp (see the header): unit / per-row scales keep the exact
-// bit-moved value (2^-120), group scales multiply by scale * 2^56 (2^-64).
+// The fp8 tile holds K * 2^-64 (see the header); scores and output multiply it back.
 template <class C>
 MJ_DEVICE float tile_unscale() {
-  return !C::kFp8 ? 1.0f : C::kGroupScale ? kTwoPow64 : kTwoPow120;
+  return C::kFp8 ? kTwoPow64 : 1.0f;
 }
 template <class C>
 MJ_DEVICE float score_multiplier(const SparsePrefillArgs& a) {
@@ -620,13 +694,14 @@ MJ_DEVICE void load_q(const SparsePrefillArgs& a, const Smem& s, i64 token, int 
   const unsigned char* q = static_cast<const unsigned char*>(a.q) +
                            (token * C::kNumHeads + head0) * static_cast<i64>(kQkDim * 2);
   constexpr int kChunksPerRow = kQkDim * 2 / 16;  // 72
+  const u64 policy = sm90::l2_policy_evict_first();  // read once: keep L2 for the gathered rows
 #pragma unroll
   for (int i = 0; i < kTileRows * kChunksPerRow / 256; ++i) {
     const int id = t + 256 * i;
     const int row = id / kChunksPerRow, rest = id % kChunksPerRow;
     const bool valid = row < C::kHeadsPerCta;
     const u32 dst = s.q + (rest >> 3) * kTileBytes + sm90::sw128_offset(static_cast<u32>(row), static_cast<u32>(rest & 7));
-    sm90::cp_async_16_zfill(dst, valid ? q + static_cast<i64>(row) * (kQkDim * 2) + rest * 16 : q, valid);
+    sm90::cp_async_16_zfill(dst, valid ? q + static_cast<i64>(row) * (kQkDim * 2) + rest * 16 : q, valid, policy);
   }
   sm90::cp_async_wait_all();
   sm90::fence_proxy_async_smem();
@@ -689,7 +764,8 @@ MJ_DEVICE void finish(const SparsePrefillArgs& a, const Smem& s, const Lane& ln,
     if (r < C::kHeadsPerCta) {
       u32 x, y, z, w;
       sm90::lds128(s.q + static_cast<u32>(r) * 1024u + ((chunk ^ (static_cast<u32>(r) & 7u)) << 4), x, y, z, w);
-      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(out + static_cast<i64>(r) * (kVDim * 2) + chunk * 16),
+      // Streaming store (.cs, evict first): the output is not re-read; keep L2 for the gathered rows.
+      asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(out + static_cast<i64>(r) * (kVDim * 2) + chunk * 16),
                    "r"(x), "r"(y), "r"(z), "r"(w)
                    : "memory");
     }

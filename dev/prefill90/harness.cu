@@ -44,6 +44,10 @@ MJ_ENTRY(k_fp8g_h64, 64, 64, true, 64, false, true, 32, 2)
 MJ_ENTRY(k_fp8g72_h128, 128, 64, true, 72, true, false, 64, 2)
 MJ_ENTRY(k_fp8g36_h32, 32, 128, true, 36, true, true, 8, 2)
 MJ_ENTRY(k_fp8g64_h128, 128, 64, true, 64, true, true, 64, 2)
+// development experiments (Config TUNE bits, see the template): same shapes as the bench variants
+MJ_ENTRY(k_bf16_h128_t1, 128, 64, false, 0, true, true, 64, 2, 1)
+MJ_ENTRY(k_fp8r_h128_t2, 128, 64, true, 576, true, true, 64, 2, 2)
+MJ_ENTRY(k_fp8r_h128_t4, 128, 64, true, 576, true, true, 64, 2, 4)
 
 typedef void (*KernelFn)(SparsePrefillArgs);
 
@@ -373,6 +377,10 @@ static bool compare(const Problem& P, const Variant& v, const std::vector<int>& 
     for (auto& x : th) x.join();
   }
   double num = 0, den = 0, dot = 0, nr = 0, ng = 0, lse_err = 0;
+  // lse: bf16 caches and fp8 with unit / per-row scales hold K exactly in the bf16 tile (2e-3 is
+  // loose); fp8 group scales round K * scale to bf16 (like any bf16-dequantised cache): score errors
+  // ~1.7e-3 sd on this data, so the max over thousands of rows reaches ~7e-3.
+  const double lse_tol = (v.fp8 && v.scale_block != 0 && v.scale_block != 576) ? 1.5e-2 : 2e-3;
   long long bad = 0, nan_out = 0, zero_mismatch = 0, lse_bad = 0;
   for (size_t i = 0; i < toks.size(); ++i) {
     const int t = toks[i];
@@ -398,7 +406,7 @@ static bool compare(const Problem& P, const Variant& v, const std::vector<int>& 
         } else {
           const double e = std::fabs(g - r) / std::max(1.0, std::fabs(r));
           lse_err = std::max(lse_err, e);
-          if (!(e < 2e-3)) ++lse_bad;
+          if (!(e < lse_tol)) ++lse_bad;
         }
       }
     }
@@ -456,11 +464,12 @@ __global__ void fill_bf16_normal(uint16_t* p, long long n, unsigned long long se
   }
 }
 
-static void bench(const std::vector<const Variant*>& list, int reps) {
+static void bench(const std::vector<const Variant*>& list, int reps, int only_skv) {
   const int T = 4096, H = 128, topk = 2048, page = 64;
   std::printf("\nbench: s_q %d, H %d, topk %d, page %d (FLOPs = 2 * T * topk * H * 1088)\n", T, H, topk, page);
   const double flops = 2.0 * T * topk * H * 1088.0;
   for (int skv : {8192, 32768, 131072}) {
+    if (only_skv && skv != only_skv) continue;
     std::mt19937_64 rng(1234 + skv);
     Problem P;
     P.T = T;
@@ -597,7 +606,8 @@ int main(int argc, char** argv) {
   std::printf("device %s, %d SMs, smem/block optin %zu\n", prop.name, prop.multiProcessorCount, prop.sharedMemPerBlockOptin);
   const Variant variants[] = {MJ_VARIANT(k_bf16_h128), MJ_VARIANT(k_bf16_h80_p1), MJ_VARIANT(k_bf16_h16_p16),
                               MJ_VARIANT(k_fp8r_h128), MJ_VARIANT(k_fp8u_h48),    MJ_VARIANT(k_fp8g_h64),
-                              MJ_VARIANT(k_fp8g72_h128), MJ_VARIANT(k_fp8g36_h32), MJ_VARIANT(k_fp8g64_h128)};
+                              MJ_VARIANT(k_fp8g72_h128), MJ_VARIANT(k_fp8g36_h32), MJ_VARIANT(k_fp8g64_h128),
+                              MJ_VARIANT(k_bf16_h128_t1), MJ_VARIANT(k_fp8r_h128_t2), MJ_VARIANT(k_fp8r_h128_t4)};
   bool ok = true;
   if (mode == "check" || mode == "all") {
     const std::string only = (mode == "check" && argc > 2) ? argv[2] : "";
@@ -613,8 +623,17 @@ int main(int argc, char** argv) {
     std::printf("SMALL %s\n", ok ? "PASS" : "FAIL");
   }
   if (mode == "bench" || mode == "all") {
+    // bench [reps] [s_kv] [variant]
     const int reps = argc > 2 ? std::atoi(argv[2]) : 10;
-    bench({&variants[0], &variants[3], &variants[8]}, reps);
+    const int only_skv = argc > 3 ? std::atoi(argv[3]) : 0;
+    std::vector<const Variant*> list;
+    for (const Variant& v : variants)
+      if (argc > 4 ? std::string(argv[4]) == v.name
+                   : (std::string(v.name) == "k_bf16_h128" || std::string(v.name) == "k_fp8r_h128" ||
+                      std::string(v.name) == "k_fp8g64_h128" || std::string(v.name) == "k_bf16_h128_t1" ||
+                      std::string(v.name) == "k_fp8r_h128_t2" || std::string(v.name) == "k_fp8r_h128_t4"))
+        list.push_back(&v);
+    bench(list, reps, only_skv);
   }
   return ok ? 0 : 1;
 }

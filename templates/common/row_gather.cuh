@@ -16,6 +16,13 @@ MJ_DEVICE u64 l2_policy_evict_last() {
   return p;
 }
 
+// L2 policy: first to go (data read exactly once, e.g. a query tile).
+MJ_DEVICE u64 l2_policy_evict_first() {
+  u64 p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
+
 // Copies 16 bytes global -> shared when `valid`, else writes 16 zero bytes and reads nothing
 // (src-size 0). `src` must still be a valid global address (any readable one): it is not read.
 MJ_DEVICE void cp_async_16_zfill(u32 dst, const void* src, bool valid, u64 policy) {
@@ -23,18 +30,16 @@ MJ_DEVICE void cp_async_16_zfill(u32 dst, const void* src, bool valid, u64 polic
                "r"(valid ? 16u : 0u), "l"(policy)
                : "memory");
 }
-// Plain 16-byte cp.async with zero-fill, no L2 policy (data read once, e.g. the query tile).
-MJ_DEVICE void cp_async_16_zfill(u32 dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16u : 0u)
-               : "memory");
-}
 MJ_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
-// 16-byte read-only global load (no L1 allocation) with an L2 policy; the address is 16-aligned.
+// 16-byte read-only global load (no L1 allocation) with an L2 policy from `src + OFFSET` (16-aligned).
+// Volatile: a prefetch ring keeps its loads where they were written. OFFSET is an immediate, so
+// per-column offsets cost no registers.
+template <int OFFSET>
 MJ_DEVICE void ldg128_policy(const void* src, u64 policy, u32& a, u32& b, u32& c, u32& d) {
-  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4+%6], %5;\n"
                : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
-               : "l"(src), "l"(policy));
+               : "l"(src), "l"(policy), "n"(OFFSET));
 }
 
 // 4-byte read-only global load kept in program order (volatile), so a prefetch ring of such loads is

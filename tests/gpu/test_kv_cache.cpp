@@ -242,6 +242,8 @@ TEST_SUITE("kv_cache gpu") {
          DType::bf16},
         {"mha bf16 h3 d5 (scalar chunks) from f16", cache_params(DType::bf16, 3, 5, 16, false, 0, F::fp32),
          DType::f16, DType::f32, 64},
+        {"mha bf16 h8 d576 (rows streamed in batches)", cache_params(DType::bf16, 8, 576, 16, false, 0, F::fp32),
+         DType::bf16, DType::bf16},
     };
     for (size_t i = 0; i < std::size(cases); ++i) run_store_gather(cases[i], 300 + i);
   }

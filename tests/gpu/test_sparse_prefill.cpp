@@ -109,7 +109,8 @@ Outputs run_on_device(const ref::SparsePrefillProblem& pb, DeviceProblem& d, Pat
 
 void check_outputs(const Case& c, const ref::SparsePrefillProblem& pb, const ref::SparsePrefillResult& r,
                    const Outputs& o, Path path) {
-  INFO("case ", c.name, ", path ", sparse_prefill::path_name(path));
+  const std::string where = std::string(c.name) + " [" + sparse_prefill::path_name(path) + "]";
+  INFO("case ", where);
   const int64_t T = pb.num_tokens, H = pb.p.num_q_heads;
   double num = 0, den = 0, dot = 0, gg = 0;
   size_t nan_out = 0, nonzero_empty = 0;
@@ -148,8 +149,7 @@ void check_outputs(const Case& c, const ref::SparsePrefillProblem& pb, const ref
     }
   const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
   const double cosine = den > 0 && gg > 0 ? dot / std::sqrt(den * gg) : 1.0;
-  MESSAGE("sparse_prefill ", c.name, " [", sparse_prefill::path_name(path), "]: rel_frobenius ", rel, ", cosine ",
-          cosine, ", lse max err ", lse_max_err);
+  MESSAGE(("sparse_prefill " + where + ": rel_frobenius "), rel, ", cosine ", cosine, ", lse max err ", lse_max_err);
   CHECK(nan_out == 0);
   CHECK(nonzero_empty == 0);
   CHECK(rel < 1e-2);
@@ -171,8 +171,7 @@ void check_outputs(const Case& c, const ref::SparsePrefillProblem& pb, const ref
 
 std::vector<Path> available_paths(const SparsePrefillParams& p) {
   std::vector<Path> paths{Path::sm80};
-  if (sparse_prefill::resolve_path(p, Runtime::global().arch(), Path::automatic) == Path::sm90)
-    paths.push_back(Path::sm90);
+  if (sparse_prefill::path_available(p, Runtime::global().arch(), Path::sm90)) paths.push_back(Path::sm90);
   return paths;
 }
 

@@ -238,7 +238,7 @@ TEST_CASE("LRU eviction under a size cap, prune and clear") {
   uint64_t entry_size;
   {
     DiskCache probe(dir.path.string());
-    probe.put(key_of(100), meta_for("probe"), cubin);
+    probe.put(key_of(100), meta_for("ep"), cubin);  // same name length as e0..e3: same size
     entry_size = fs::file_size(probe.path_of(key_of(100)));
     probe.clear();
   }

@@ -162,22 +162,33 @@ TEST_SUITE("kv_cache reference") {
     }
   }
 
-  TEST_CASE("store kernel's division identity: reciprocal + one Markstein step == IEEE x / s") {
-    // The kernel computes x / s as q0 = x * r, rem = fma(-q0, s, x), q = fma(rem, r, q0) with
-    // r = RN(1/s) (kv_cache.cuh, div_by_scale). Here the same f32 operations on the host, for every
-    // scale the store can produce (s >= 2^-23) and inputs within and beyond the group's range.
+  TEST_CASE("store kernel's division-free formulas equal the IEEE f32 divisions of the SPEC") {
+    // kv_cache.cuh computes s = a / 448 and q = x / s without a division instruction (group_scale,
+    // GroupQuantizer): q0 = x * r, rem = fma(-q0, d, x), q = fma(rem, r, q0) with r = RN(1/d), the
+    // quotient taking x's sign bit. Here the same f32 operations on the host.
+    auto markstein = [](float x, float d, float r) {
+      const float q0 = x * r;
+      const float rem = std::fma(-q0, d, x);
+      const float q = std::fma(rem, r, q0);
+      return from_bits((bits(q) & 0x7FFFFFFFu) | (bits(x) & 0x80000000u));
+    };
+    volatile float v448 = 448.0f;
+    const float r448 = 1.0f / v448;
+    CHECK(bits(r448) == 0x3B124925u);  // the constant the kernel uses
     td::Rng rng(4);
-    for (int i = 0; i < 2000000; ++i) {
+    for (int i = 0; i < 1000000; ++i) {  // s = a / 448 for a >= 1e-4 (exhaustively checked once too)
+      const float a = std::fabs(std::ldexp(rng.normal(), static_cast<int>(rng.uniform(-13, 127))));
+      if (!(a >= 1e-4f) || std::isinf(a)) continue;
+      volatile float va = a;
+      REQUIRE_MESSAGE(bits(markstein(a, 448.0f, r448)) == bits(va / v448), "a = ", a);
+    }
+    for (int i = 0; i < 2000000; ++i) {  // q = x / s for every scale the store produces (s >= 2^-23)
       const float amax = std::fabs(std::ldexp(rng.normal(), static_cast<int>(rng.uniform(-30, 60))));
       const float s = ref::fp8_group_scale(amax, ScaleFmt::fp32);
       const float x = (i % 3 == 0) ? std::ldexp(rng.normal(), static_cast<int>(rng.uniform(-40, 60)))
                                    : amax * static_cast<float>(rng.uniform(-1000000, 1000000)) / 1000000.0f;
-      volatile float vs = s;
-      const float r = 1.0f / vs;
-      const float q0 = x * r;
-      const float rem = std::fma(-q0, s, x);
-      const float q = rem == 0.0f ? q0 : std::fma(rem, r, q0);
-      volatile float vx = x;
+      volatile float vs = s, vx = x;
+      const float q = markstein(x, s, 1.0f / vs);
       const float exact = vx / vs;
       if (std::fabs(exact) < 0x1p-12f) {  // subnormal inputs: both far below the smallest e4m3 step
         REQUIRE(td::f32_to_e4m3(q) == td::f32_to_e4m3(exact));
@@ -185,6 +196,7 @@ TEST_SUITE("kv_cache reference") {
         REQUIRE_MESSAGE(bits(q) == bits(exact), "x = ", x, " s = ", s);
       }
     }
+    CHECK(bits(markstein(-0.0f, 3.0f, 1.0f / 3.0f)) == 0x80000000u);  // -0 / s keeps its sign
   }
 
   TEST_CASE("reference store / gather: MHA fp8 round trip, dropped tokens, layer and kv placement") {

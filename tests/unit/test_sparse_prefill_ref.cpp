@@ -280,6 +280,18 @@ TEST_CASE("sparse_prefill path choice") {
   CHECK(sparse_prefill::resolve_path(p, "sm_100a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
   CHECK(sparse_prefill::resolve_path(p, "sm_90a", sparse_prefill::Path::sm80) == sparse_prefill::Path::sm80);
   CHECK_THROWS_AS(sparse_prefill::resolve_path(p, "sm_80", sparse_prefill::Path::sm90), Error);
+  CHECK(sparse_prefill::path_available(p, "sm_90a", sparse_prefill::Path::sm90));
+  CHECK_FALSE(sparse_prefill::path_available(p, "sm_100a", sparse_prefill::Path::sm90));
+  CHECK(sparse_prefill::resolve_path(p, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm90);
+  SparsePrefillParams group = p;  // fp8 group scales: the portable kernel applies them exactly
+  group.kv_dtype = DType::fp8_e4m3;
+  group.scale_block_size = 64;
+  CHECK(sparse_prefill::resolve_path(group, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
+  CHECK(sparse_prefill::resolve_path(group, "sm_90a", sparse_prefill::Path::sm90) == sparse_prefill::Path::sm90);
+  SparsePrefillParams three = p;  // a pipeline depth only the portable kernel has
+  three.num_stages = 3;
+  CHECK(sparse_prefill::resolve_path(three, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
+  CHECK_THROWS_AS(sparse_prefill::resolve_path(three, "sm_90a", sparse_prefill::Path::sm90), Error);
   CHECK(sparse_prefill::parse_path("sm90") == sparse_prefill::Path::sm90);
   CHECK_THROWS_AS(sparse_prefill::parse_path("fast"), Error);
 }

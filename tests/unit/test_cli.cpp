@@ -1,0 +1,226 @@
+// The CLI as a build pipeline sees it: exit codes, JSON outputs, concurrent builds into one cache,
+// corrupt entries found by `cache verify`, refused cache permissions. Runs the real binary.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string out;
+};
+
+// Runs the CLI through the shell, capturing stdout; stderr goes to a file so errors can be checked.
+Run cli(const std::string& args, const std::string& env = "") {
+  std::string cmd = env + " " MLAJIT_CLI_PATH " " + args + " 2>/tmp/mlajit_cli_test_err";
+  Run r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string last_stderr() {
+  std::ifstream f("/tmp/mlajit_cli_test_err");
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/mlajit_cli_XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::string write_file(const fs::path& p, const std::string& text) {
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+const std::string kConfig = std::string(MLAJIT_SOURCE_DIR) + "/examples/deepseek_v32.json";
+
+}  // namespace
+
+TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
+  CHECK(cli("").code == 2);
+  CHECK(cli("frobnicate").code == 2);
+  CHECK(cli("build").code == 2);
+  CHECK(cli("build /nonexistent.json --arch sm_90a").code == 2);
+  CHECK(last_stderr().find("config file") != std::string::npos);
+  CHECK(cli("build " + kConfig + " --arch sm_91").code == 2);
+  CHECK(last_stderr().find("sm_91") != std::string::npos);
+  CHECK(cli("build " + kConfig + " --bogus").code == 2);
+  CHECK(cli("cache frob").code == 2);
+  CHECK(cli("--help").code == 0);
+}
+
+TEST_CASE("cli: bad configs are rejected with the JSON path of the bad field, nothing written") {
+  TempDir t;
+  const std::string cache = (t.path / "cache").string();
+  struct Bad {
+    const char* json;
+    const char* needle;
+  } cases[] = {
+      {R"({"kernels":[{"op":"sparse_prefill","params":{"page_size":48}}]})", "kernels[0].params.page_size"},
+      {R"({"kernels":[{"op":"sparse_prefil","params":{}}]})", "kernels[0].op"},
+      {R"({"kernels":[{"op":"mla_indexer","params":{"num_heads":96}}]})", "num_heads"},
+      {R"({"kernels":[{"op":"kv_cache_store","params":{"head_sise":128}}]})", "head_sise"},
+      {R"({"kernels":[{"op":"sparse_prefill","sweep":{"b_topk":[64, 96]}}]})", "b_topk"},
+      {R"({"kernels":[]})", "kernels"},
+      {R"({"kernels":[{"op":"kv_cache_store"}], "arhc": "sm_90a"})", "arhc"},
+      {R"({"kernels":[{"op":"kv_cache_store",)", "JSON"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.json);
+    auto cfg = write_file(t.path / "bad.json", c.json);
+    Run r = cli("build " + cfg + " --arch sm_90a --cache-dir " + cache);
+    CHECK(r.code == 2);
+    CHECK(last_stderr().find(c.needle) != std::string::npos);
+    CHECK_FALSE(fs::exists(cache));  // bad input changes nothing on disk
+  }
+}
+
+TEST_CASE("cli: build --json, cache hits on the second run, cache ls/verify") {
+  TempDir t;
+  const std::string cache = (t.path / "cache").string();
+  Run a = cli("build " + kConfig + " --arch sm_90a --json --jobs 2 --cache-dir " + cache);
+  REQUIRE(a.code == 0);
+  auto ja = nlohmann::json::parse(a.out);
+  const int n = ja["kernels"];
+  CHECK(n >= 5);
+  CHECK(ja["compiled"] == n);
+  CHECK(ja["cache_hits"] == 0);
+  CHECK(ja.contains("seconds"));
+  CHECK((fs::status(cache).permissions() & fs::perms::all) == fs::perms::owner_all);
+
+  Run b = cli("build " + kConfig + " --arch sm_90a --json --cache-dir " + cache);
+  REQUIRE(b.code == 0);
+  auto jb = nlohmann::json::parse(b.out);
+  CHECK(jb["compiled"] == 0);
+  CHECK(jb["cache_hits"] == n);
+
+  auto v = nlohmann::json::parse(cli("cache verify --json --cache-dir " + cache).out);
+  CHECK(v["entries"] == n);
+  CHECK(v["ok"] == n);
+  CHECK(v["corrupt"].empty());
+  auto ls = nlohmann::json::parse(cli("cache ls --json --cache-dir " + cache).out);
+  CHECK(ls["entries"].size() == static_cast<size_t>(n));
+}
+
+TEST_CASE("cli: 4 concurrent builds into one empty cache all succeed and verify clean") {
+  TempDir t;
+  const std::string cache = (t.path / "cache").string();
+  std::vector<FILE*> procs;
+  for (int i = 0; i < 4; ++i) {
+    std::string cmd = MLAJIT_CLI_PATH " build " + kConfig + " --arch sm_90a --jobs 2 --json --cache-dir " + cache +
+                      " 2>/dev/null";
+    procs.push_back(popen(cmd.c_str(), "r"));
+  }
+  int total_compiled = 0;
+  for (FILE* p : procs) {
+    REQUIRE(p != nullptr);
+    std::string out;
+    char buf[4096];
+    size_t k;
+    while ((k = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, k);
+    int status = pclose(p);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    auto j = nlohmann::json::parse(out);
+    CHECK(j["failed"] == 0);
+    total_compiled += j["compiled"].get<int>();
+  }
+  auto v = nlohmann::json::parse(cli("cache verify --json --cache-dir " + cache).out);
+  CHECK(v["corrupt"].empty());
+  CHECK(v["ok"] == v["entries"]);
+  // The per-key lock lets one process compile each kernel and the others reuse it.
+  CHECK(total_compiled == v["entries"].get<int>());
+}
+
+TEST_CASE("cli: cache verify reports a corrupt entry (exit 4), --remove deletes it, build recompiles") {
+  TempDir t;
+  const std::string cache = (t.path / "cache").string();
+  REQUIRE(cli("build " + kConfig + " --arch sm_90a --cache-dir " + cache).code == 0);
+  fs::path victim;
+  for (auto& e : fs::directory_iterator(cache))
+    if (e.path().extension() == ".mjc") victim = e.path();
+  REQUIRE(!victim.empty());
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-10, std::ios::end);
+    f.put('\x5a');
+  }
+  Run r = cli("cache verify --json --cache-dir " + cache);
+  CHECK(r.code == 4);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["corrupt"].size() == 1);
+  CHECK(cli("cache verify --remove --cache-dir " + cache).code == 0);
+  CHECK_FALSE(fs::exists(victim));
+  auto b = nlohmann::json::parse(cli("build " + kConfig + " --arch sm_90a --json --cache-dir " + cache).out);
+  CHECK(b["compiled"] == 1);
+}
+
+TEST_CASE("cli: a cache dir writable by others is refused (exit 4) and left as it was") {
+  TempDir t;
+  fs::path cache = t.path / "shared";
+  fs::create_directory(cache);
+  chmod(cache.c_str(), 0777);
+  Run r = cli("build " + kConfig + " --arch sm_90a --cache-dir " + cache.string());
+  CHECK(r.code == 4);
+  CHECK(last_stderr().find("writable") != std::string::npos);
+  CHECK(fs::is_empty(cache));
+}
+
+TEST_CASE("cli: prune and clear") {
+  TempDir t;
+  const std::string cache = (t.path / "cache").string();
+  REQUIRE(cli("build " + kConfig + " --arch sm_90a --cache-dir " + cache).code == 0);
+  auto p = nlohmann::json::parse(cli("cache prune --max-bytes 40K --json --cache-dir " + cache).out);
+  CHECK(p["removed"].get<int>() > 0);
+  CHECK(p["remaining_bytes"].get<int>() <= 40 * 1024);
+  auto c = nlohmann::json::parse(cli("cache clear --json --cache-dir " + cache).out);
+  CHECK(cli("cache ls --json --cache-dir " + cache).out.find("\"entries\": []") != std::string::npos);
+  (void)c;
+}
+
+TEST_CASE("cli: gen prints deterministic source with the params header") {
+  Run a = cli("gen " + kConfig);
+  Run b = cli("gen " + kConfig);
+  REQUIRE(a.code == 0);
+  CHECK(a.out == b.out);
+  CHECK(a.out.rfind("//", 0) == 0);
+  CHECK(a.out.find("extern \"C\"") != std::string::npos);
+}
+
+TEST_CASE("cli: check and bench without a GPU") {
+  Run r = cli("check " + kConfig + " --json", "MLAJIT_CACHE_DIR=/tmp/mlajit_cli_check_cache");
+  fs::remove_all("/tmp/mlajit_cli_check_cache");
+  if (r.out.find("\"skipped\": true") == std::string::npos) {
+    MESSAGE("a GPU is present: `check` ran for real (exit ", r.code, ")");
+    CHECK(r.code == 0);
+    return;
+  }
+  CHECK(r.code == 0);
+  CHECK(cli("bench kv_cache_store").code == 4);  // no driver: a runtime failure, not a crash
+  CHECK(cli("bench nope").code == 2);
+}
