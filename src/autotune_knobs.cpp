@@ -17,14 +17,14 @@ using nlohmann::json;
 
 namespace {
 
-// FNV-1a over 64-bit words, finished with a splitmix64 mix so that nearby inputs spread.
+// A multiply-xorshift over whole 64-bit words (two dependent operations per field: this runs on
+// every op call), finished with a splitmix64 mix so that nearby inputs spread. The hash is never
+// stored (the database keeps the params; indexes rehash them at load), so it may change freely.
 struct Hasher {
   uint64_t h = 1469598103934665603ull;
   void add(uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xff;
-      h *= 1099511628211ull;
-    }
+    h = (h ^ v) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 32;
   }
   uint64_t done() const {
     uint64_t z = h + 0x9e3779b97f4a7c15ull;

@@ -48,13 +48,14 @@ Sm80Plan sm80_plan(const SparsePrefillParams& p) {
 // pipeline depths (num_stages 1, 3, 4) exist only on the portable path.
 bool sm90_supported(const SparsePrefillParams& p) { return p.num_stages == 0 || p.num_stages == 2; }
 
-// Measured on an H200 (2026-11-21; s_q 4096, H 128, top-k 2048, s_kv 32K, b_topk 64):
-//   bf16:          sm90 441 TFLOP/s, sm80 239.
-//   fp8, sbs 64:   sm90 180, sm80 184; and the sm90 kernel rounds group scales to bf16 before
-//                  applying them (lse off by up to ~7e-3 against the f64 reference; sm80 ~1e-6).
-//   fp8, sbs 576:  sm90 180 (exact: per-row scales are folded in f32); sm80 sbs 0: 213.
-// So the Hopper kernel is preferred for bf16 and for fp8 with unit or per-row scales, and the
-// portable one for fp8 group scales (0 < sbs < 576), until the Hopper kernel applies them exactly.
+// Measured on an H200 (2026-11-21; s_q 4096, H 128, top-k 2048, s_kv 32K, b_topk 64; TFLOP/s):
+//   bf16:          sm90 450, sm80 241.
+//   fp8 sbs 0:     sm90 400, sm80 212.      fp8 sbs 576: sm90 370, sm80 209.
+//   fp8 sbs 64:    sm90 327, sm80 185; but the sm90 kernel rounds group scales to bf16 before
+//                  applying them, so its lse is off by up to ~5e-3 against the f64 reference
+//                  (the team's bar is 1e-4; sm80 applies them in f32: ~1e-6).
+// The Hopper kernel is therefore preferred everywhere except fp8 group scales (0 < sbs < 576),
+// which stay on the exact portable kernel until the Hopper kernel applies them in f32.
 bool sm90_preferred(const SparsePrefillParams& p) {
   const bool group_scales = p.kv_dtype == DType::fp8_e4m3 && p.scale_block_size > 0 && p.scale_block_size < 576;
   return !group_scales;

@@ -176,10 +176,10 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
   }
 
   // ---------------- consumer warpgroups: MMA + head reduction + stores ----------------
-  // Software pipeline across tiles: while the epilogue of one N = 128 half runs, the MMA of the
-  // next half (of this tile or of the next one) is in flight, so the tensor cores stay busy:
-  //   issue h0(t); [wait h1(t-1); release K(t-1); epilogue h1(t-1)]; issue h1(t); wait h0(t);
-  //   epilogue h0(t)
+  // Per tile: issue both N = 128 halves, reduce half 0 while half 1 runs, release the K tile,
+  // reduce half 1 (the other warpgroup's MMAs fill the tensor cores meanwhile). Measured on H200:
+  // a deeper software pipeline across tiles (next tile's half 0 issued before this tile's half 1
+  // is reduced) was 17% slower.
   const int wg = tid >> 7;
   const int warp_in_wg = warp & 3;
   const int quad = lane & 3;
@@ -226,24 +226,22 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
     for (int tt = 0; tt < C::kTokPerHalf; ++tt) {
       const int slot = wg * C::kTokPerWg + half * C::kTokPerHalf + tt;
       const Quad* w = reinterpret_cast<const Quad*>(w_sm + slot * C::kWSlot + quad * C::kWQuad);
-      // Four independent FMA chains (even/odd head of each row): the epilogue is bound by FMA
-      // latency, not issue, while the next MMA runs. One 16-byte load brings the weights of two
-      // column pairs (shared-memory wavefronts compete with the MMA operand reads).
-      float lo0 = 0.0f, lo1 = 0.0f, hi0 = 0.0f, hi1 = 0.0f;
+      // One 16-byte load brings the weights of two column pairs. (Measured: more FMA chains,
+      // or 8-byte weight loads, change nothing; the MMA side is the bound.)
+      float lo = 0.0f, hi = 0.0f;
 #pragma unroll
       for (int m = 0; m < H / 16; ++m) {
         const Quad wv = w[m];
         const int i = tt * (H / 8) + 2 * m;
-        lo0 = fmaf(fmaxf(acc[4 * i + 0], 0.0f), wv.x, lo0);
-        lo1 = fmaf(fmaxf(acc[4 * i + 1], 0.0f), wv.y, lo1);
-        hi0 = fmaf(fmaxf(acc[4 * i + 2], 0.0f), wv.x, hi0);
-        hi1 = fmaf(fmaxf(acc[4 * i + 3], 0.0f), wv.y, hi1);
-        lo0 = fmaf(fmaxf(acc[4 * i + 4], 0.0f), wv.z, lo0);
-        lo1 = fmaf(fmaxf(acc[4 * i + 5], 0.0f), wv.w, lo1);
-        hi0 = fmaf(fmaxf(acc[4 * i + 6], 0.0f), wv.z, hi0);
-        hi1 = fmaf(fmaxf(acc[4 * i + 7], 0.0f), wv.w, hi1);
+        lo = fmaf(fmaxf(acc[4 * i + 0], 0.0f), wv.x, lo);
+        lo = fmaf(fmaxf(acc[4 * i + 1], 0.0f), wv.y, lo);
+        hi = fmaf(fmaxf(acc[4 * i + 2], 0.0f), wv.x, hi);
+        hi = fmaf(fmaxf(acc[4 * i + 3], 0.0f), wv.y, hi);
+        lo = fmaf(fmaxf(acc[4 * i + 4], 0.0f), wv.z, lo);
+        lo = fmaf(fmaxf(acc[4 * i + 5], 0.0f), wv.w, lo);
+        hi = fmaf(fmaxf(acc[4 * i + 6], 0.0f), wv.z, hi);
+        hi = fmaf(fmaxf(acc[4 * i + 7], 0.0f), wv.w, hi);
       }
-      float lo = lo0 + lo1, hi = hi0 + hi1;
       lo += __shfl_xor_sync(0xffffffffu, lo, 1);
       hi += __shfl_xor_sync(0xffffffffu, hi, 1);
       lo += __shfl_xor_sync(0xffffffffu, lo, 2);
@@ -262,13 +260,8 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
     }
   };
 
-  Tile cur, prev;
-  prev.s0 = prev.s1 = 0;
-  prev.kv0 = prev.kv_hi = 0;
-  prev.stage = 0;
-  prev.ks_lo = prev.ks_hi = 0.0f;
+  Tile cur;
   bool have = next_segment(0, cur);
-  bool pending = false;  // h1 of `prev` is in flight
   u32 consumed = 0;
   while (have) {
     cur.stage = consumed % STAGES;
@@ -277,40 +270,28 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
     cur.ks_hi = ks_sm[cur.stage * C::kTileKeys + row_lo + 8];
     const u64 desc_a = sw128_kmajor_desc(k_s + cur.stage * C::kKTileBytes);
     fence_operands(acc0);
+    fence_operands(acc1);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k32_e4m3(acc0, desc_a + 2 * kk, desc_b0 + 2 * kk, kk > 0 ? 1u : 0u);
     wgmma_commit();
-    if (pending) {
-      wgmma_wait<1>();
-      fence_operands(acc1);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty_bar + 8 * prev.stage);
-      epilogue(acc1, 1, prev);
-    }
-    fence_operands(acc1);
-    wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k32_e4m3(acc1, desc_a + 2 * kk, desc_b1 + 2 * kk, kk > 0 ? 1u : 0u);
     wgmma_commit();
     wgmma_wait<1>();
     fence_operands(acc0);
     epilogue(acc0, 0, cur);
-    prev = cur;
-    pending = true;
+    wgmma_wait<0>();
+    fence_operands(acc1);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty_bar + 8 * cur.stage);
+    epilogue(acc1, 1, cur);
     ++consumed;
     if (cur.kv0 + C::kTileKeys < cur.kv_hi) {
       cur.kv0 += C::kTileKeys;
     } else {
       have = next_segment(cur.s1, cur);
     }
-  }
-  if (pending) {
-    wgmma_wait<0>();
-    fence_operands(acc1);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(empty_bar + 8 * prev.stage);
-    epilogue(acc1, 1, prev);
   }
 }
 

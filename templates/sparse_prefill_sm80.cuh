@@ -72,7 +72,7 @@ MJ_DEVICE void ldsm_x4_trans(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
 
 // D += A(16x16 bf16, row) * B(16x8 bf16, col), f32 accumulators.
 MJ_DEVICE void mma_bf16_16816(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -370,39 +370,59 @@ MJ_DEVICE void run(const SparsePrefillArgs& a) {
 
     constexpr int KB = C::kScaleMode == 1 ? C::kScaleBlock / 16 : 36;  // k-steps per scale block
     constexpr int NB = 36 / KB;
-    // Scale blocks stay a rolled loop when there are several: fully unrolled, the compiler hoists
-    // fragment loads of later blocks and runs out of registers next to the O accumulators.
-#pragma unroll(NB > 1 ? 1 : 36)
-    for (int b = 0; b < NB; ++b) {
-      float tmp[NTS][4];
-      constexpr bool kBlockwise = C::kScaleMode == 1 && NB > 1;
+    if constexpr (NB == 1) {
+      // One accumulation over all 36 k-steps. ldmatrix is volatile (it must stay between the
+      // barriers), so the next step's fragments are loaded explicitly before this step's MMAs:
+      // with two warps per scheduler, nothing else hides the shared-memory latency.
+      u32 fa[2][4], fb[2][NTS / 2][4];
 #pragma unroll
-      for (int j = 0; j < NTS; ++j) tmp[j][0] = tmp[j][1] = tmp[j][2] = tmp[j][3] = 0.f;
+      for (int ks = 0; ks < 37; ++ks) {
+        if (ks < 36) {
+          const int nb = ks & 1;
+          ldsm_x4(q_row_addr + (ks >> 2) * 128 + a_off[ks & 3], fa[nb][0], fa[nb][1], fa[nb][2], fa[nb][3]);
 #pragma unroll
-      for (int kk = 0; kk < KB; ++kk) {
-        const int ks = b * KB + kk;
-        // Swizzled chunk offsets: from the hoisted tables when ks & 3 is a compile-time constant,
-        // computed otherwise (a run-time index would put the tables in local memory).
-        constexpr bool kTable = NB == 1 || KB % 4 == 0;
-        const u32 qo = kTable ? (ks >> 2) * 128 + a_off[kk & 3] : static_cast<u32>(((2 * ks + (lane >> 4)) ^ (lane & 7)) << 4);
-        const u32 ko =
-            kTable ? (ks >> 2) * 128 + b_off[kk & 3] : static_cast<u32>(((2 * ks + ((lane >> 3) & 1)) ^ (lane & 7)) << 4);
-        u32 a0, a1, a2, a3;
-        ldsm_x4(q_row_addr + qo, a0, a1, a2, a3);
+          for (int np = 0; np < NTS / 2; ++np)
+            ldsm_x4(k_row_addr + np * 16 * C::kRowBytes + (ks >> 2) * 128 + b_off[ks & 3], fb[nb][np][0],
+                    fb[nb][np][1], fb[nb][np][2], fb[nb][np][3]);
+        }
+        if (ks > 0) {
+          const int cb = (ks - 1) & 1;
 #pragma unroll
-        for (int np = 0; np < NTS / 2; ++np) {
-          u32 b0, b1, b2, b3;
-          ldsm_x4(k_row_addr + np * 16 * C::kRowBytes + ko, b0, b1, b2, b3);
-          if constexpr (kBlockwise) {
-            mma_bf16_16816(tmp[2 * np], a0, a1, a2, a3, b0, b1);
-            mma_bf16_16816(tmp[2 * np + 1], a0, a1, a2, a3, b2, b3);
-          } else {
-            mma_bf16_16816(s[2 * np], a0, a1, a2, a3, b0, b1);
-            mma_bf16_16816(s[2 * np + 1], a0, a1, a2, a3, b2, b3);
+          for (int np = 0; np < NTS / 2; ++np) {
+            mma_bf16_16816(s[2 * np], fa[cb][0], fa[cb][1], fa[cb][2], fa[cb][3], fb[cb][np][0], fb[cb][np][1]);
+            mma_bf16_16816(s[2 * np + 1], fa[cb][0], fa[cb][1], fa[cb][2], fa[cb][3], fb[cb][np][2], fb[cb][np][3]);
           }
         }
       }
-      if constexpr (kBlockwise) {
+    } else {
+      // Several scale blocks (exact fp8 scales): each block's partial dot is accumulated apart and
+      // multiplied by the key's f32 scale. A rolled loop over the blocks: fully unrolled, the
+      // compiler hoists fragment loads of later blocks and runs out of registers next to O.
+#pragma unroll 1
+      for (int b = 0; b < NB; ++b) {
+        float tmp[NTS][4];
+#pragma unroll
+        for (int j = 0; j < NTS; ++j) tmp[j][0] = tmp[j][1] = tmp[j][2] = tmp[j][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KB; ++kk) {
+          const int ks = b * KB + kk;
+          // Swizzled chunk offsets: from the hoisted tables when ks & 3 is a compile-time constant
+          // (KB % 4 == 0), computed otherwise (a run-time index would put the tables in local memory).
+          constexpr bool kTable = KB % 4 == 0;
+          const u32 qo =
+              kTable ? (ks >> 2) * 128 + a_off[kk & 3] : static_cast<u32>(((2 * ks + (lane >> 4)) ^ (lane & 7)) << 4);
+          const u32 ko = kTable ? (ks >> 2) * 128 + b_off[kk & 3]
+                                : static_cast<u32>(((2 * ks + ((lane >> 3) & 1)) ^ (lane & 7)) << 4);
+          u32 a0, a1, a2, a3;
+          ldsm_x4(q_row_addr + qo, a0, a1, a2, a3);
+#pragma unroll
+          for (int np = 0; np < NTS / 2; ++np) {
+            u32 b0, b1, b2, b3;
+            ldsm_x4(k_row_addr + np * 16 * C::kRowBytes + ko, b0, b1, b2, b3);
+            mma_bf16_16816(tmp[2 * np], a0, a1, a2, a3, b0, b1);
+            mma_bf16_16816(tmp[2 * np + 1], a0, a1, a2, a3, b2, b3);
+          }
+        }
 #pragma unroll
         for (int j = 0; j < NTS; ++j) {
           const int key = kh * HALF + 8 * j + 2 * t4;
@@ -499,33 +519,49 @@ MJ_DEVICE void run(const SparsePrefillArgs& a) {
     pair_barrier(1 + mi);
 
     // ---- O[16 x 256] += P[16 x KT] V[KT x 256] (this warp's dim half) -------------------------
+    // Flattened over (k-step, dim pair) with the next V fragment (and, at a k-step boundary, the
+    // next P fragment) loaded before the current MMAs, as in the S loop.
+    {
+      constexpr int NI = (KT / 16) * 16;
+      u32 pa[2][4], vb[2][4];
+      u32 qa0 = 0, qa1 = 0, qa2 = 0, qa3 = 0;  // P of the current k-step, scaled per key for the dim block
 #pragma unroll
-    for (int ks = 0; ks < KT / 16; ++ks) {
-      u32 pa0, pa1, pa2, pa3;
-      ldsm_x4(p_row_addr + ks * 32, pa0, pa1, pa2, pa3);
-      const u32 v_row_addr = kbuf + (ks * 16 + v_row_in_step) * C::kRowBytes + kh * 512;
-      u32 qa0 = pa0, qa1 = pa1, qa2 = pa2, qa3 = pa3;  // P, scaled per key for the dim block
-#pragma unroll
-      for (int dp = 0; dp < 16; ++dp) {
-        if constexpr (C::kScaleMode == 1 && C::kScaleBlock != 576) {
-          const int dim = kh * 256 + 16 * dp;
-          if (dp == 0 || dim % C::kScaleBlock == 0) {
-            const int blk = dim / C::kScaleBlock;
-            const int key = ks * 16 + 2 * t4;
-            const u32 sc01 = pack_bf16x2(scale_s[key * C::kScalesPerToken + blk],
-                                         scale_s[(key + 1) * C::kScalesPerToken + blk]);
-            const u32 sc89 = pack_bf16x2(scale_s[(key + 8) * C::kScalesPerToken + blk],
-                                         scale_s[(key + 9) * C::kScalesPerToken + blk]);
-            qa0 = mul_bf16x2(pa0, sc01);
-            qa1 = mul_bf16x2(pa1, sc01);
-            qa2 = mul_bf16x2(pa2, sc89);
-            qa3 = mul_bf16x2(pa3, sc89);
-          }
+      for (int i = 0; i <= NI; ++i) {
+        if (i < NI) {
+          const int ks = i >> 4, dp = i & 15;
+          if (dp == 0) ldsm_x4(p_row_addr + ks * 32, pa[ks & 1][0], pa[ks & 1][1], pa[ks & 1][2], pa[ks & 1][3]);
+          const u32 v_row_addr = kbuf + (ks * 16 + v_row_in_step) * C::kRowBytes + kh * 512;
+          ldsm_x4_trans(v_row_addr + (dp >> 2) * 128 + v_off[dp & 3], vb[i & 1][0], vb[i & 1][1], vb[i & 1][2],
+                        vb[i & 1][3]);
         }
-        u32 b0, b1, b2, b3;
-        ldsm_x4_trans(v_row_addr + (dp >> 2) * 128 + v_off[dp & 3], b0, b1, b2, b3);
-        mma_bf16_16816(o[2 * dp], qa0, qa1, qa2, qa3, b0, b1);
-        mma_bf16_16816(o[2 * dp + 1], qa0, qa1, qa2, qa3, b2, b3);
+        if (i > 0) {
+          const int c = i - 1, ks = c >> 4, dp = c & 15;
+          const u32* p = pa[ks & 1];
+          if (dp == 0) {
+            qa0 = p[0];
+            qa1 = p[1];
+            qa2 = p[2];
+            qa3 = p[3];
+          }
+          if constexpr (C::kScaleMode == 1 && C::kScaleBlock != 576) {
+            const int dim = kh * 256 + 16 * dp;
+            if (dp == 0 || dim % C::kScaleBlock == 0) {
+              const int blk = dim / C::kScaleBlock;
+              const int key = ks * 16 + 2 * t4;
+              const u32 sc01 = pack_bf16x2(scale_s[key * C::kScalesPerToken + blk],
+                                           scale_s[(key + 1) * C::kScalesPerToken + blk]);
+              const u32 sc89 = pack_bf16x2(scale_s[(key + 8) * C::kScalesPerToken + blk],
+                                           scale_s[(key + 9) * C::kScalesPerToken + blk]);
+              qa0 = mul_bf16x2(p[0], sc01);
+              qa1 = mul_bf16x2(p[1], sc01);
+              qa2 = mul_bf16x2(p[2], sc89);
+              qa3 = mul_bf16x2(p[3], sc89);
+            }
+          }
+          const u32* b = vb[c & 1];
+          mma_bf16_16816(o[2 * dp], qa0, qa1, qa2, qa3, b[0], b[1]);
+          mma_bf16_16816(o[2 * dp + 1], qa0, qa1, qa2, qa3, b[2], b[3]);
+        }
       }
     }
   }

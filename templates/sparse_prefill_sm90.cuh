@@ -31,16 +31,22 @@
 //               past 255 registers. B_TOPK = 128 therefore runs the same schedule as 64.
 //   KV_FP8      false: bf16 cache rows (1152 bytes); true: fp8 e4m3 rows (576 bytes) with scales.
 //   SCALE_BLOCK fp8 only: 0 = unit scales (kv_scales not read), else elements per scale, dividing
-//               576 (scales_per_token = 576 / SCALE_BLOCK floats per row). Must be 0 for bf16.
+//               576 and >= 16 (scales_per_token = 576 / SCALE_BLOCK floats per row); 576 = one
+//               scale per row. Widths 18 and 36 (groups not a multiple of 8) are correct but slower
+//               (their decode spills). Smaller widths: use the sm80 path. Must be 0 for bf16.
 //   ATTN_SINK   reads args.attn_sink[H]; EMIT_LSE writes args.lse[T, H].
 //   PAGE_SIZE   page size of the encoded indices (tma_row arithmetic), >= 1.
 //   NUM_STAGES  must be 2: the K ring is two 64-key stages (one per consumer warpgroup), each
 //               split into a left (dims 0..255) and right (dims 256..575) half with its own
 //               full/empty barriers, so the producer refills a half as soon as its readers are done.
+//   TUNE        (9th, defaulted) development-only experiment bits; the generator leaves it 0.
 // Args: every pointer of SparsePrefillArgs that the configuration uses must be valid; sm_scale must
-// be finite and >= 0 (the running max is taken on scaled scores). fp8 rows are decoded exactly
-// except that e4m3 NaN (0x7F/0xFF) is read as a finite value; with 0 < SCALE_BLOCK < 576 the group
-// scale is rounded to bf16 before it multiplies the decoded value (relative error <= 2^-9).
+// be finite and >= 0 (the running max is taken on scaled scores). Absolute row indices must fit in
+// 32 bits (any cache that fits in device memory: 2^32 rows would be >= 2.4 TB).
+// Precision: bf16 caches and fp8 with unit or per-row scales (SCALE_BLOCK 0 / 576) are exact in the
+// bf16 tile (e4m3 has 3 mantissa bits; per-row scales are applied in f32 to scores and P). With
+// group scales (16 <= SCALE_BLOCK < 576) the tile holds K * scale rounded once to bf16, as a
+// bf16-dequantised cache would. e4m3 NaN codes (0x7F/0xFF) decode to finite values.
 //
 // ---- Design ---------------------------------------------------------------------------------------
 // One CTA = one token x one 64-row head tile; 3 warpgroups:
@@ -58,9 +64,15 @@
 //   Epilogue: row sums exchanged, O scaled (sink, empty-row rule), staged as bf16 in the query
 //   tile's space, stored with 16-byte coalesced writes; lse by WG0.
 // fp8 decode: e4m3 bits are moved into a bf16 (sign | magnitude << 4: exact, value * 2^-120) and
-// multiplied by (group scale * 2^56) in bf16x2, so the tile holds K * 2^-64 (no overflow for any
-// scale up to 2^71); the 2^64 is folded back into the score multiplier and the output. Per-row
-// scales (SCALE_BLOCK 576) are folded into the score multiplier and P instead of the tile.
+// multiplied by 2^56 (unit / per-row) or by group scale * 2^56 (split hi + lo, one rounding), so the
+// tile holds K * 2^-64: no overflow for scales up to 2^71, and P V products stay far from the f32
+// subnormal range. The 2^64 is folded back into the score multiplier and the output. Per-row scales
+// (SCALE_BLOCK 576) are folded into the score multiplier and P instead of the tile. The fp8
+// producer streams 16-byte loads through a 6-deep register window across halves and steps.
+// Proxy ordering: stage data are written through the generic proxy (cp.async, st.shared) and read
+// by wgmma through the async proxy; each consumer fences after acquiring a full barrier (a
+// producer-side fence would be a MEMBAR that waits for the producer's in-flight loads).
+// L2: gathered rows evict-last (re-read by other tokens' CTAs), Q evict-first, output streaming.
 #include "sparse_prefill_args.h"
 #include "common/convert.cuh"
 #include "common/mbarrier.cuh"

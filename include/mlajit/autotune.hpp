@@ -211,7 +211,14 @@ struct TuneOptions {
 
 struct CandidateDeviceResult {
   int device = 0;
-  // ok | wrong_output | exceeds_resources | launch_failed | not_compiled | no_reference | db_hit
+  // ok                 verified against the default configuration's output, then timed
+  // wrong_output       its output differs from the default configuration's (never timed, never wins)
+  // exceeds_resources  needs more shared memory than the device allows, or the launch was refused
+  //                    for resources (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
+  // failed             the op threw (launch failure, shape it does not support, lost device)
+  // not_compiled       its compile failed (see compile_error)
+  // no_reference       the default configuration could not run, so nothing could be verified
+  // db_hit             the database already held this sweep for this device: nothing was timed
   std::string status;
   std::string reason;
   Timing timing;

@@ -129,7 +129,8 @@ void print_table(const TuneReport& rep) {
       const auto& c = g.candidates[ci];
       std::string knobs = knobs_of(c.spec.params).dump() + (c.is_default ? " (default)" : "");
       std::printf("  %-34s %8s %-3s", knobs.c_str(),
-                  c.compiled ? (c.cache_hit ? "hit" : fmt::format("{:.2f}", c.compile_seconds)).c_str() : "FAIL",
+                  c.compiled ? (c.cache_hit ? "hit" : fmt::format("{:.2f}", c.compile_seconds)).c_str()
+                             : c.compile_error.empty() ? "-" : "FAIL",
                   "");
       for (size_t di = 0; di < c.devices.size(); ++di) {
         const auto& d = c.devices[di];

@@ -91,7 +91,7 @@ TEST_CASE("compiles a hand-written kernel to CUBIN for sm_80, sm_90a and sm_100a
     CHECK(k.stats.seconds > 0);
     CHECK(k.cubin.find("mj_test_axpy") != std::string::npos);  // the extern "C" symbol is in the image
     CHECK(Compiler::compile_count() == before + 1);
-    MESSAGE(arch << ": " << k.cubin.size() << " bytes in " << k.stats.seconds * 1e3 << " ms");
+    MESSAGE(std::string(arch) << ": " << k.cubin.size() << " bytes in " << k.stats.seconds * 1e3 << " ms");
   }
 }
 
