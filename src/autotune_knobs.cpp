@@ -99,7 +99,8 @@ OpParams default_knobs(const OpParams& p) {
           out.b_topk = defaults.b_topk;
           out.num_stages = defaults.num_stages;
         }
-        return out;
+        // Auto knobs as the ops would resolve them without a tuning record.
+        return with_heuristic_knobs(out);
       },
       p);
 }

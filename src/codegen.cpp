@@ -36,8 +36,10 @@ std::string source_header(const KernelSpec& spec) {
       MLAJIT_VERSION_STRING, op_name(spec.op()), spec.name(), params_to_json(spec.params).dump());
 }
 
-KernelSource generate(const KernelSpec& spec) {
-  spec.validate();
+KernelSource generate(const KernelSpec& requested) {
+  requested.validate();
+  // Auto knobs become the built-in heuristic, so "threads: 0" and "threads: 128" are one kernel.
+  const KernelSpec spec{with_heuristic_knobs(requested.params)};
   KernelSource src;
   switch (spec.op()) {
     case Op::kv_cache_store:

@@ -11,6 +11,7 @@
 #include "mlajit/error.hpp"
 #include "mlajit/ops.hpp"
 #include "mlajit/runtime.hpp"
+#include "ops_tuning.hpp"
 
 namespace mlajit::ops {
 
@@ -98,10 +99,12 @@ unsigned grid_for(int64_t num_tokens, const mj::kv::Plan& plan, const char* what
 
 }  // namespace
 
-void kv_cache_store(const KvCacheStoreParams& p, const TensorView& x, const TensorView& input_row_offsets,
+void kv_cache_store(const KvCacheStoreParams& requested, const TensorView& x, const TensorView& input_row_offsets,
                     const PagedCacheView& cache, int layer_idx, int kv_idx, const TensorView& dropped,
                     Stream stream) {
-  p.validate();
+  requested.validate();
+  const KvCacheStoreParams p = tuned_or_heuristic(
+      requested, autotune::bucket_kv_cache_store(dim_or_zero(x, 0), dim_or_zero(input_row_offsets, 0) - 1));
   const PagedKVCacheParams& c = p.cache;
   const int in_bytes = static_cast<int>(dtype_size(p.input_dtype));
   const int cache_bytes = static_cast<int>(dtype_size(c.dtype));
@@ -148,10 +151,11 @@ void kv_cache_store(const KvCacheStoreParams& p, const TensorView& x, const Tens
   kernel->launch(0, dims, stream, args);
 }
 
-void kv_cache_gather(const KvCacheGatherParams& p, const PagedCacheView& cache, const TensorView& batch_ids,
+void kv_cache_gather(const KvCacheGatherParams& requested, const PagedCacheView& cache, const TensorView& batch_ids,
                      const TensorView& positions, int layer_idx, int kv_idx, const TensorView& y,
                      const TensorView& dropped, Stream stream) {
-  p.validate();
+  requested.validate();
+  const KvCacheGatherParams p = tuned_or_heuristic(requested, autotune::bucket_kv_cache_gather(dim_or_zero(y, 0)));
   const PagedKVCacheParams& c = p.cache;
   const int cache_bytes = static_cast<int>(dtype_size(c.dtype));
   const int out_bytes = static_cast<int>(dtype_size(p.output_dtype));
@@ -201,10 +205,12 @@ void kv_cache_gather(const KvCacheGatherParams& p, const PagedCacheView& cache, 
   kernel->launch(0, dims, stream, args);
 }
 
-void sparse_index_remap(const SparseIndexRemapParams& p, const TensorView& indices,
+void sparse_index_remap(const SparseIndexRemapParams& requested, const TensorView& indices,
                         const TensorView& input_row_offsets, const TensorView& lookup_table, int64_t num_blocks,
                         const TensorView& out, Stream stream) {
-  p.validate();
+  requested.validate();
+  const SparseIndexRemapParams p = tuned_or_heuristic(
+      requested, autotune::bucket_sparse_index_remap(dim_or_zero(indices, 0), dim_or_zero(indices, 1)));
   expect_dtype(indices, DType::i32, "indices");
   expect_ndim(indices, 2, "indices");
   const int64_t num_tokens = indices.shape[0];

@@ -19,6 +19,7 @@
 #include "mlajit/error.hpp"
 #include "mlajit/ops.hpp"
 #include "mlajit/runtime.hpp"
+#include "ops_tuning.hpp"
 #include "ops_mla_indexer_stages.hpp"
 
 namespace mlajit::ops {
@@ -239,9 +240,12 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
 
 }  // namespace detail
 
-void mla_indexer(const MlaIndexerParams& p, const TensorView& q, const TensorView& qs,
+void mla_indexer(const MlaIndexerParams& requested, const TensorView& q, const TensorView& qs,
                  const TensorView& input_row_offsets, const PagedCacheView& k_cache, int layer_idx,
                  int64_t max_keys_per_seq, const TensorView& out, const TensorView& workspace, Stream stream) {
+  requested.validate();
+  const MlaIndexerParams p = tuned_or_heuristic(
+      requested, autotune::bucket_mla_indexer(dim_or_zero(q, 0), dim_or_zero(input_row_offsets, 0) - 1, max_keys_per_seq));
   detail::mla_indexer_run(p, q, qs, input_row_offsets, k_cache, layer_idx, max_keys_per_seq, out, workspace, stream,
                           detail::kIndexerScores | detail::kIndexerTopk);
 }

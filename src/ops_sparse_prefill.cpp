@@ -10,6 +10,7 @@
 #include "mlajit/error.hpp"
 #include "mlajit/ops.hpp"
 #include "mlajit/runtime.hpp"
+#include "ops_tuning.hpp"
 #include "sparse_prefill_launch.hpp"
 #include "sparse_prefill_plan.hpp"
 
@@ -230,9 +231,12 @@ void run(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCach
 
 namespace ops {
 
-void sparse_prefill(const SparsePrefillParams& p, const TensorView& q, const PagedCacheView& kv,
+void sparse_prefill(const SparsePrefillParams& requested, const TensorView& q, const PagedCacheView& kv,
                     const TensorView& indices, const TensorView& topk_lengths, int layer_idx, float softmax_scale,
                     const TensorView& attn_sink, const TensorView& out, const TensorView& lse, Stream stream) {
+  requested.validate();
+  const SparsePrefillParams p = tuned_or_heuristic(
+      requested, autotune::bucket_sparse_prefill(dim_or_zero(q, 0), dim_or_zero(indices, 1)));
   sparse_prefill::run(p, q, kv, indices, topk_lengths, layer_idx, softmax_scale, attn_sink, out, lse,
                       sparse_prefill::Path::automatic, stream);
 }

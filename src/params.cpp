@@ -192,8 +192,8 @@ void visit_any(OpParams& p, V& v) {
 bool is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
 void check_threads(int threads, const std::string& field) {
-  MLAJIT_EXPECT(threads >= 32 && threads <= 1024 && threads % 32 == 0, field, threads,
-                "a multiple of 32 in [32, 1024]");
+  MLAJIT_EXPECT(threads == 0 || (threads >= 32 && threads <= 1024 && threads % 32 == 0), field, threads,
+                "0 (auto) or a multiple of 32 in [32, 1024]");
 }
 
 void check_page_size(int page_size, const std::string& field) {
@@ -283,6 +283,21 @@ void SparsePrefillParams::validate() const {
   }
   MLAJIT_EXPECT(output_dtype == DType::bf16, "params.output_dtype", dtype_name(output_dtype), "bf16");
   MLAJIT_EXPECT(num_stages >= 0 && num_stages <= 4, "params.num_stages", num_stages, "0 (heuristic) or 1..4");
+}
+
+OpParams with_heuristic_knobs(const OpParams& params) {
+  OpParams p = params;
+  std::visit(
+      [](auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, KvCacheStoreParams> || std::is_same_v<T, KvCacheGatherParams>) {
+          if (x.threads == 0) x.threads = 128;
+        } else if constexpr (std::is_same_v<T, SparseIndexRemapParams>) {
+          if (x.threads == 0) x.threads = 256;
+        }
+      },
+      p);
+  return p;
 }
 
 // ---- ops and specs ------------------------------------------------------------------------------

@@ -46,7 +46,13 @@ Sm80Plan sm80_plan(const SparsePrefillParams& p) {
 // templates/sparse_prefill_sm90.cuh covers every valid spec with a two-stage K ring: heads
 // 16..128 (one or two CTAs per token), b_topk 64 | 128, bf16 or fp8 with any scale block. Other
 // pipeline depths (num_stages 1, 3, 4) exist only on the portable path.
-bool sm90_supported(const SparsePrefillParams& p) { return p.num_stages == 0 || p.num_stages == 2; }
+// The Hopper kernel has one pipeline depth, and its scale tiles need scale blocks of at least 16
+// elements (templates/sparse_prefill_sm90.cuh static_asserts this).
+bool sm90_supported(const SparsePrefillParams& p) {
+  const bool stages_ok = p.num_stages == 0 || p.num_stages == 2;
+  const bool scales_ok = p.kv_dtype != DType::fp8_e4m3 || p.scale_block_size == 0 || p.scale_block_size >= 16;
+  return stages_ok && scales_ok;
+}
 
 // Measured on an H200 (2026-11-21; s_q 4096, H 128, top-k 2048, s_kv 32K, b_topk 64; TFLOP/s):
 //   bf16:          sm90 450, sm80 241.

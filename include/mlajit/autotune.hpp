@@ -57,8 +57,9 @@ const std::vector<std::string>& knob_names(Op op);
 nlohmann::json default_knob_space(Op op);
 // The knob values of `p` as a JSON object, e.g. {"threads": 256}.
 nlohmann::json knobs_of(const OpParams& p);
-// `p` with its knobs reset to the op's defaults (the params struct defaults): the "default
-// configuration" every candidate is checked against.
+// `p` with its knobs reset to the op's defaults (the params struct defaults, auto knobs resolved
+// by the built-in heuristic, params.hpp with_heuristic_knobs): the "default configuration" every
+// candidate is checked against.
 OpParams default_knobs(const OpParams& p);
 // `p` with every knob whose value means "auto" (0) taken from `tuned` (same op). Knobs without an
 // auto value (kv ops' `threads`, prefill's `b_topk`, as params.hpp stands) are left as they are.

@@ -42,7 +42,7 @@ struct PagedKVCacheParams {
 struct KvCacheStoreParams {
   PagedKVCacheParams cache;
   DType input_dtype = DType::bf16;  // bf16 | f16 | f32
-  int threads = 128;                // tuning knob: threads per block (64..1024, multiple of 32)
+  int threads = 0;                  // tuning knob: threads per block (0 = auto, else 32..1024, multiple of 32)
   void validate() const;
 };
 
@@ -50,14 +50,14 @@ struct KvCacheStoreParams {
 struct KvCacheGatherParams {
   PagedKVCacheParams cache;
   DType output_dtype = DType::bf16;  // bf16 | f32
-  int threads = 128;
+  int threads = 0;                   // 0 = auto
   void validate() const;
 };
 
 // sparse_index_remap: logical top-k positions -> encoded indices (block * page_size + offset).
 struct SparseIndexRemapParams {
   int page_size = 64;
-  int threads = 256;
+  int threads = 0;                   // 0 = auto
   void validate() const;
 };
 
@@ -120,6 +120,11 @@ struct KernelSpec {
   bool operator==(const KernelSpec& o) const;
   bool operator!=(const KernelSpec& o) const { return !(*this == o); }
 };
+
+// Auto knobs (0) replaced by the built-in heuristics (kv ops: threads 128, 128, 256). The indexer
+// and prefill resolve their own auto knobs inside their tiling plans. Ops first consult the tuning
+// database (autotune.hpp) and fall back to this; codegen applies it to whatever it is given.
+OpParams with_heuristic_knobs(const OpParams& p);
 
 // JSON. from_json validates and rejects unknown fields; errors name the JSON path.
 nlohmann::json to_json(const KernelSpec& spec);  // {"op": ..., "params": {...}}

@@ -80,7 +80,10 @@ TEST_CASE("non-default params round trip exactly") {
 
 TEST_CASE("canonical form is stable") {
   // Pinned: the canonical string appears in generated source headers and therefore in cache keys.
-  CHECK(KernelSpec{SparseIndexRemapParams{}}.canonical() == R"(sparse_index_remap {"page_size":64,"threads":256})");
+  CHECK(KernelSpec{SparseIndexRemapParams{}}.canonical() == R"(sparse_index_remap {"page_size":64,"threads":0})");
+  // Auto knobs resolve to the built-in heuristic.
+  CHECK(KernelSpec{with_heuristic_knobs(SparseIndexRemapParams{})}.canonical() ==
+        R"(sparse_index_remap {"page_size":64,"threads":256})");
   // Key order in the input does not matter.
   auto a = kernel_spec_from_json(json::parse(R"({"op":"sparse_index_remap","params":{"threads":128,"page_size":32}})"));
   auto b = kernel_spec_from_json(json::parse(R"({"params":{"page_size":32,"threads":128},"op":"sparse_index_remap"})"));
