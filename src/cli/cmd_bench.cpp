@@ -87,9 +87,11 @@ void print_summary(const std::string& op, const nlohmann::json& r) {
                 r["s_q"].get<long long>(), r["num_heads"].get<int>(), r["topk"].get<int>(), r["s_kv"].get<long long>(),
                 r["ms"]["median"].get<double>(), r["ms"]["min"].get<double>(), r["tflops"].get<double>());
   } else {
-    std::printf("%s: %.4f ms median (min %.4f, max %.4f), %.0f GB/s = %.1f%% of %.0f GB/s copy bandwidth\n", op.c_str(),
-                r["ms"]["median"].get<double>(), r["ms"]["min"].get<double>(), r["ms"]["max"].get<double>(),
-                r["gbps"].get<double>(), r["pct_of_copy_bw"].get<double>(), r["copy_bw_gbps"].get<double>());
+    std::printf("%s: %.4f ms median (min %.4f, max %.4f), %.0f GB/s = %.1f%% of %.0f GB/s copy bandwidth; "
+                "back to back %.0f GB/s\n",
+                op.c_str(), r["ms"]["median"].get<double>(), r["ms"]["min"].get<double>(), r["ms"]["max"].get<double>(),
+                r["gbps"].get<double>(), r["pct_of_copy_bw"].get<double>(), r["copy_bw_gbps"].get<double>(),
+                r["gbps_back_to_back"].get<double>());
   }
 }
 

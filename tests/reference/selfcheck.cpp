@@ -12,6 +12,7 @@
 
 #include "mlajit/driver.hpp"
 #include "mlajit/ops.hpp"
+#include "mlajit/runtime.hpp"
 #include "reference/kv_cache_ref.hpp"
 #include "reference/mla_indexer_ref.hpp"
 #include "reference/sparse_prefill_ref.hpp"
@@ -211,11 +212,18 @@ CheckResult check_indexer(const MlaIndexerParams& p, uint64_t seed) {
   r.gpu_ms = t.ms();
   auto got = to_host<int32_t>(out, static_cast<size_t>(T * p.top_k));
   // Accept swaps among near-equal scores: the reference scores of the GPU's picks, slot by slot,
-  // must equal the reference's sorted top-k scores within 1e-5 relative.
+  // must equal the reference's sorted top-k scores within a window. f32 scores (portable path):
+  // 1e-5 relative. Hopper's FP8 tensor cores do not accumulate in full f32 (errors up to ~4e-4 of
+  // the row's largest |score| were measured), so there the window is 1e-3 of that maximum, as in
+  // tests/gpu/test_mla_indexer.cpp.
+  const bool fp8_mma = Runtime::global().arch() == "sm_90a";
   size_t bad_rows = 0;
   for (int64_t tok = 0; tok < T; ++tok) {
     auto s = indexer_scores_ref(in, tok);
     auto want = topk_ref(s, p.top_k);
+    double maxabs = 0;
+    for (double v : s)
+      if (!std::isnan(v)) maxabs = std::max(maxabs, std::fabs(v));
     const int32_t* row = got.data() + tok * p.top_k;
     // emit = physical: map encoded indices back to positions through the sequence's table.
     std::unordered_map<int32_t, int32_t> logical_of;
@@ -240,7 +248,8 @@ CheckResult check_indexer(const MlaIndexerParams& p, uint64_t seed) {
       }
       seen[g] = 1;
       const double a = s[g], b = s[w];
-      ok = (std::isnan(a) && std::isnan(b)) || a == b || std::fabs(a - b) <= 1e-5 * std::max(std::fabs(b), 1e-30);
+      const double tol = fp8_mma ? 1e-3 * maxabs : 1e-5 * std::max(std::fabs(b), 1e-30);
+      ok = (std::isnan(a) && std::isnan(b)) || a == b || std::fabs(a - b) <= tol;
     }
     bad_rows += !ok;
   }
