@@ -19,22 +19,6 @@ namespace {
 
 constexpr int64_t kMaxGridX = INT_MAX;  // gridDim.x limit
 
-void expect_aligned(const TensorView& t, size_t bytes, const char* what) {
-  if (reinterpret_cast<uintptr_t>(t.data) % bytes != 0)
-    throw_invalid(fmt::format("{} address", what), fmt::format("{}", t.data),
-                  fmt::format("a multiple of {} bytes (vectorized access)", bytes));
-}
-
-// dtype, rank, every dim, contiguity and a non-null pointer when non-empty.
-void expect_tensor(const TensorView& t, DType dt, std::initializer_list<int64_t> dims, const char* what) {
-  expect_dtype(t, dt, what);
-  expect_ndim(t, static_cast<int>(dims.size()), what);
-  int d = 0;
-  for (int64_t size : dims) expect_dim(t, d++, size, what);
-  expect_contiguous(t, what);
-  expect_nonnull(t, what);
-}
-
 // The optional u32[1] counter of tokens that were not written / not found.
 void expect_counter(const TensorView& dropped) {
   if (dropped.empty()) return;

@@ -46,12 +46,6 @@ Chunking chunking(int64_t total_tokens, int64_t max_keys) {
   return c;
 }
 
-bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
-
-void expect_aligned(const TensorView& t, uintptr_t a, const char* what) {
-  if (!t.empty() && !aligned(t.data, a))
-    throw_invalid(fmt::format("{} address", what), fmt::format("{}", t.data), fmt::format("a multiple of {} bytes", a));
-}
 
 }  // namespace
 

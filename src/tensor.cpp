@@ -58,4 +58,19 @@ void expect_nonnull(const TensorView& t, const char* what) {
   if (t.data == nullptr && t.numel() > 0) throw_invalid(what, "a null pointer", "a device pointer");
 }
 
+void expect_aligned(const TensorView& t, size_t bytes, const char* what) {
+  if (!t.empty() && reinterpret_cast<uintptr_t>(t.data) % bytes != 0)
+    throw_invalid(fmt::format("{} address", what), fmt::format("{}", t.data),
+                  fmt::format("a multiple of {} bytes (vectorized access)", bytes));
+}
+
+void expect_tensor(const TensorView& t, DType dt, std::initializer_list<int64_t> dims, const char* what) {
+  expect_dtype(t, dt, what);
+  expect_ndim(t, static_cast<int>(dims.size()), what);
+  int d = 0;
+  for (int64_t size : dims) expect_dim(t, d++, size, what);
+  expect_contiguous(t, what);
+  expect_nonnull(t, what);
+}
+
 }  // namespace mlajit

@@ -1,6 +1,7 @@
 #pragma once
 // TensorView: a non-owning view of device (or host) memory: pointer, dtype, shape, strides.
 // Ops validate views against their params before launching.
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -37,5 +38,9 @@ void expect_ndim(const TensorView& t, int ndim, const char* what);
 void expect_dim(const TensorView& t, int d, int64_t size, const char* what);
 void expect_contiguous(const TensorView& t, const char* what);
 void expect_nonnull(const TensorView& t, const char* what);
+// The data pointer of a non-empty view is a multiple of `bytes` (vectorized access).
+void expect_aligned(const TensorView& t, size_t bytes, const char* what);
+// dtype, rank, every dim, contiguity and a non-null pointer when non-empty.
+void expect_tensor(const TensorView& t, DType dt, std::initializer_list<int64_t> dims, const char* what);
 
 }  // namespace mlajit

@@ -1,5 +1,6 @@
 // CPU f64 reference of sparse_prefill (SPEC §3) and its random test data (SPEC §4).
 #include "sparse_prefill_ref.hpp"
+#include "test_data.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -13,49 +14,11 @@ namespace mlajit::ref {
 
 // ---- codecs -----------------------------------------------------------------------------------------
 
-float bf16_to_float(uint16_t b) {
-  uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-uint16_t float_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float e4m3_to_float(uint8_t b) {
-  const int mag = b & 0x7F;
-  if (mag == 0x7F) return std::numeric_limits<float>::quiet_NaN();
-  const int e = mag >> 3, m = mag & 7;
-  const float v = e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(1.f + m / 8.f, e - 7);
-  return (b & 0x80) ? -v : v;
-}
-
-uint8_t float_to_e4m3(float x) {
-  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
-  const float a = std::fabs(x);
-  if (std::isnan(a)) return static_cast<uint8_t>(sign | 0x7F);
-  if (a >= 448.f) return static_cast<uint8_t>(sign | 0x7E);
-  // Nearest of the 127 finite magnitudes, ties to the even code (codes ascend with value).
-  int lo = 0, hi = 0x7E;
-  while (lo < hi) {  // largest code with value <= a
-    const int mid = (lo + hi + 1) / 2;
-    if (e4m3_to_float(static_cast<uint8_t>(mid)) <= a) lo = mid;
-    else hi = mid - 1;
-  }
-  int code = lo;
-  if (code < 0x7E) {
-    const float below = e4m3_to_float(static_cast<uint8_t>(code)), above = e4m3_to_float(static_cast<uint8_t>(code + 1));
-    const float d0 = a - below, d1 = above - a;
-    if (d1 < d0 || (d1 == d0 && (code & 1))) code += 1;
-  }
-  return static_cast<uint8_t>(sign | code);
-}
+// The host codecs are the shared exact ones of tests/reference/test_data.hpp.
+float bf16_to_float(uint16_t b) { return testdata::bf16_to_f32(b); }
+uint16_t float_to_bf16(float f) { return testdata::f32_to_bf16(f); }
+float e4m3_to_float(uint8_t b) { return testdata::e4m3_to_f32(b); }
+uint8_t float_to_e4m3(float x) { return testdata::f32_to_e4m3(x); }
 
 // ---- problem ------------------------------------------------------------------------------------------
 
