@@ -19,6 +19,19 @@ namespace {
 
 constexpr int64_t kMaxGridX = INT_MAX;  // gridDim.x limit
 
+// x / y: [tokens, num_heads, head_size] of `dt`, contiguous, aligned for the vector width; returns
+// the token count.
+int64_t expect_token_rows(const TensorView& t, DType dt, const PagedKVCacheParams& c, size_t align, const char* what) {
+  expect_dtype(t, dt, what);
+  expect_ndim(t, 3, what);
+  expect_dim(t, 1, c.num_heads, what);
+  expect_dim(t, 2, c.head_size, what);
+  expect_contiguous(t, what);
+  expect_nonnull(t, what);
+  expect_aligned(t, align, what);
+  return t.shape[0];
+}
+
 // The optional u32[1] counter of tokens that were not written / not found.
 void expect_counter(const TensorView& dropped) {
   if (dropped.empty()) return;
@@ -95,14 +108,7 @@ void kv_cache_store(const KvCacheStoreParams& requested, const TensorView& x, co
   const mj::kv::Plan plan = mj::kv::make_plan(in_bytes, cache_bytes, c.num_heads, c.head_size, c.quantized(),
                                               c.granularity(), p.threads);
 
-  expect_dtype(x, p.input_dtype, "x");
-  expect_ndim(x, 3, "x");
-  const int64_t num_tokens = x.shape[0];
-  expect_dim(x, 1, c.num_heads, "x");
-  expect_dim(x, 2, c.head_size, "x");
-  expect_contiguous(x, "x");
-  expect_nonnull(x, "x");
-  expect_aligned(x, static_cast<size_t>(plan.vec) * in_bytes, "x");
+  const int64_t num_tokens = expect_token_rows(x, p.input_dtype, c, static_cast<size_t>(plan.vec) * in_bytes, "x");
 
   const TableDims table = expect_lookup_table(cache.lookup_table);
   expect_tensor(input_row_offsets, DType::u32, {int64_t{table.batch} + 1}, "input_row_offsets");
@@ -146,14 +152,7 @@ void kv_cache_gather(const KvCacheGatherParams& requested, const PagedCacheView&
   const mj::kv::Plan plan = mj::kv::make_plan(cache_bytes, out_bytes, c.num_heads, c.head_size, c.quantized(),
                                               c.granularity(), p.threads);
 
-  expect_dtype(y, p.output_dtype, "y");
-  expect_ndim(y, 3, "y");
-  const int64_t num_tokens = y.shape[0];
-  expect_dim(y, 1, c.num_heads, "y");
-  expect_dim(y, 2, c.head_size, "y");
-  expect_contiguous(y, "y");
-  expect_nonnull(y, "y");
-  expect_aligned(y, static_cast<size_t>(plan.vec) * out_bytes, "y");
+  const int64_t num_tokens = expect_token_rows(y, p.output_dtype, c, static_cast<size_t>(plan.vec) * out_bytes, "y");
   expect_tensor(batch_ids, DType::u32, {num_tokens}, "batch_ids");
   expect_tensor(positions, DType::u32, {num_tokens}, "positions");
 

@@ -1,6 +1,7 @@
 // Autotuning on the GPU: a small kv_cache_store sweep is verified, timed and persisted; the
 // winner is what the run-time lookup returns; a second run is a database hit that times nothing;
 // a candidate whose output is wrong (test hook) is rejected however fast it is.
+#include "temp_dir.hpp"
 #include <doctest/doctest.h>
 #include <stdlib.h>
 
@@ -17,20 +18,9 @@ using nlohmann::json;
 using namespace mlajit;
 using namespace mlajit::autotune;
 
-namespace {
+using mlajit::testing::TempDir;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/mlajit_gpu_autotune_XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+namespace {
 
 // fp8 store with 2 layers (the workload writes the last one) and a small ragged batch.
 std::vector<TuneGroup> store_sweep() {
@@ -66,7 +56,7 @@ TEST_CASE("time_launches: median between min and max, all positive") {
 }
 
 TEST_CASE("kv_cache_store sweep: winner verified, persisted, looked up; rerun is a database hit") {
-  TempDir dir;
+  TempDir dir("gpu_autotune");
   const auto groups = store_sweep();
   REQUIRE(groups.size() == 1);
   REQUIRE(groups[0].candidates.size() == 3);  // 128 (default), 64, 256
@@ -125,7 +115,7 @@ TEST_CASE("kv_cache_store sweep: winner verified, persisted, looked up; rerun is
 }
 
 TEST_CASE("a candidate with a wrong output is rejected, however fast") {
-  TempDir dir;
+  TempDir dir("gpu_autotune");
   TuneOptions o = small_options(dir.path.string());
   // Test hook: every threads=256 output gets one byte flipped, as a kernel with a race would.
   o.hooks.tamper_output = [](const KernelSpec& s, std::vector<uint8_t>& out) {
@@ -154,7 +144,7 @@ TEST_CASE("a candidate with a wrong output is rejected, however fast") {
 }
 
 TEST_CASE("gather and remap workloads verify every candidate of their default knob spaces") {
-  TempDir dir;
+  TempDir dir("gpu_autotune");
   const auto groups = tune_groups_from_config(json::parse(R"({"kernels": [
       {"op": "kv_cache_gather", "params": {"dtype": "fp8_e4m3", "head_size": 576, "num_layers": 3,
                                            "quantization_granularity": 64, "output_dtype": "bf16"}},

@@ -2,6 +2,7 @@
 // shape buckets, the tuning database (round trip, merge by two threads and two processes,
 // corruption), the run-time lookup (correctness and cost), candidate failure handling and the
 // parallel compile speed-up.
+#include "temp_dir.hpp"
 #include <doctest/doctest.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -27,21 +28,9 @@ using nlohmann::json;
 using namespace mlajit;
 using namespace mlajit::autotune;
 
-namespace {
+using mlajit::testing::TempDir;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/mlajit_autotune_XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string str() const { return path.string(); }
-};
+namespace {
 
 std::string slurp(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -254,7 +243,7 @@ TEST_CASE("parse_shape sets known keys and rejects unknown ones") {
 }
 
 TEST_CASE("tuning database: write, read back, keep the faster record per key") {
-  TempDir dir;
+  TempDir dir("autotune");
   TuningDb db(TuningDb::default_path(dir.str()));
   CHECK(db.load().empty());  // missing file: empty, no error
   const auto b = bucket_kv_cache_store(65536, 8);
@@ -289,7 +278,7 @@ TEST_CASE("tuning database: write, read back, keep the faster record per key") {
 }
 
 TEST_CASE("tuning database: two threads merging concurrently keep every record") {
-  TempDir dir;
+  TempDir dir("autotune");
   const std::string path = TuningDb::default_path(dir.str());
   auto writer = [&](int id) {
     TuningDb db(path);
@@ -305,7 +294,7 @@ TEST_CASE("tuning database: two threads merging concurrently keep every record")
 }
 
 TEST_CASE("tuning database: two processes merging concurrently keep every record") {
-  TempDir dir;
+  TempDir dir("autotune");
   const std::string path = TuningDb::default_path(dir.str());
   std::vector<pid_t> kids;
   for (int id = 0; id < 2; ++id) {
@@ -334,7 +323,7 @@ TEST_CASE("tuning database: two processes merging concurrently keep every record
 }
 
 TEST_CASE("tuning database: a corrupt file is reported, ignored, kept, then repaired by the next write") {
-  TempDir dir;
+  TempDir dir("autotune");
   const std::string path = TuningDb::default_path(dir.str());
   for (const std::string garbage : {std::string("{\"format\": \"mlajit-tuning\", \"records\": [ {\"op\""),
                                     std::string("\x00\x01\x02 not json", 12), std::string("[1, 2, 3]")}) {
@@ -354,7 +343,7 @@ TEST_CASE("tuning database: a corrupt file is reported, ignored, kept, then repa
 }
 
 TEST_CASE("tuning database: records this build cannot parse survive merges") {
-  TempDir dir;
+  TempDir dir("autotune");
   const std::string path = TuningDb::default_path(dir.str());
   TuningDb db(path);
   db.merge({record(fp8_store(), bucket_kv_cache_store(64, 1), 1.0)});
@@ -428,7 +417,7 @@ TEST_CASE("a candidate that fails to compile is recorded and skipped, never fata
     // NVRTC is part of this project's build environment; its absence is a broken setup.
     FAIL("NVRTC unavailable: ", why);
   }
-  TempDir dir;
+  TempDir dir("autotune");
   const auto groups = tune_groups_from_config(json::parse(R"({"kernels": [
       {"op": "sparse_index_remap", "params": {"page_size": 64}, "sweep": {"threads": [64, 128]}}]})"));
   TuneOptions opts;
@@ -468,7 +457,7 @@ TEST_CASE("a real NVRTC failure (broken template) is recorded per candidate, nev
   REQUIRE_MESSAGE(Compiler::available(&why), why);
   // A copy of the templates with one line of invalid CUDA appended to the kv family's template:
   // every kv candidate now fails inside NVRTC, exactly like a generator bug would.
-  TempDir tdir, cdir;
+  TempDir tdir("autotune"), cdir("autotune");
   const fs::path tpl = tdir.path / "templates";
   for (const auto& t : templates()) {
     fs::create_directories((tpl / t.path).parent_path());
@@ -521,7 +510,7 @@ TEST_CASE("parallel compile: 16 variants with --jobs 2 are at least 1.7x faster 
   double cpu = 0;
   auto compile_seconds = [&](unsigned jobs, int salt) {
     const double cpu0 = cpu_seconds();
-    TempDir dir;
+    TempDir dir("autotune");
     TuneOptions opts;
     opts.arch = "sm_90a";
     opts.cache_dir = dir.str();

@@ -1,5 +1,6 @@
 // SHA-256, the cache key, DiskCache (hits, corruption, permissions, LRU, verify/prune/clear,
 // locks) and single flight of concurrent builds.
+#include "temp_dir.hpp"
 #include <doctest/doctest.h>
 
 #include <sys/stat.h>
@@ -24,21 +25,9 @@
 using namespace mlajit;
 namespace fs = std::filesystem;
 
-namespace {
+using mlajit::testing::TempDir;
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    static std::atomic<int> n{0};
-    path = fs::temp_directory_path() / ("mlajit_cache_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::remove_all(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, ec);
-    fs::remove_all(path, ec);
-  }
-};
+namespace {
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -112,7 +101,7 @@ TEST_CASE("the cache key changes when any input changes") {
   CHECK(cache_base_key(src, "sm_90a", opts) != base);                          // base key differs from key
 
   // Contents of an included template (through a template folder override).
-  TempDir dir("tpl");
+  TempDir dir("cache_tpl", /*create=*/ false);
   fs::create_directories(dir.path / "common");
   for (auto& t : templates()) {
     fs::create_directories((dir.path / t.path).parent_path());
@@ -128,7 +117,7 @@ TEST_CASE("the cache key changes when any input changes") {
 }
 
 TEST_CASE("put then get returns the same entry; bad keys are rejected without touching the disk") {
-  TempDir dir("hit");
+  TempDir dir("cache_hit", /*create=*/ false);
   DiskCache cache(dir.path.string());
   CHECK((fs::status(dir.path).permissions() & fs::perms::all) == fs::perms::owner_all);  // created 0700
   std::string key = key_of(1), cubin = fake_cubin(5000, 'c');
@@ -151,7 +140,7 @@ TEST_CASE("put then get returns the same entry; bad keys are rejected without to
 }
 
 TEST_CASE("corrupt entries are detected, removed and reported as a miss") {
-  TempDir dir("corrupt");
+  TempDir dir("cache_corrupt", /*create=*/ false);
   DiskCache cache(dir.path.string());
   std::string cubin = fake_cubin(4096, 'q');
   struct Damage {
@@ -193,7 +182,7 @@ TEST_CASE("corrupt entries are detected, removed and reported as a miss") {
 }
 
 TEST_CASE("unsafe cache directories are refused and left unchanged") {
-  TempDir dir("perm");
+  TempDir dir("cache_perm", /*create=*/ false);
   fs::create_directories(dir.path);
   fs::permissions(dir.path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_write | fs::perms::group_exec);
   try {
@@ -212,7 +201,7 @@ TEST_CASE("unsafe cache directories are refused and left unchanged") {
   CHECK_THROWS_AS(DiskCache(dir.path.string()), Error);
 
   // A file where the directory should be.
-  TempDir file("file");
+  TempDir file("file", /*create=*/ false);
   spit(file.path, "not a dir");
   CHECK_THROWS_AS(DiskCache(file.path.string()), Error);
 
@@ -227,13 +216,13 @@ TEST_CASE("unsafe cache directories are refused and left unchanged") {
   }
 
   // Missing nested directories are created 0700.
-  TempDir fresh("fresh");
+  TempDir fresh("fresh", /*create=*/ false);
   DiskCache cache((fresh.path / "a/b/c").string());
   CHECK((fs::status(fresh.path / "a/b/c").permissions() & fs::perms::all) == fs::perms::owner_all);
 }
 
 TEST_CASE("LRU eviction under a size cap, prune and clear") {
-  TempDir dir("lru");
+  TempDir dir("cache_lru", /*create=*/ false);
   std::string cubin = fake_cubin(10000, 'l');
   uint64_t entry_size;
   {
@@ -275,7 +264,7 @@ TEST_CASE("LRU eviction under a size cap, prune and clear") {
 }
 
 TEST_CASE("a held key lock makes a second locker wait, then proceed unlocked after its timeout") {
-  TempDir dir("lock");
+  TempDir dir("cache_lock", /*create=*/ false);
   DiskCache cache(dir.path.string());
   DiskCache::KeyLock first(cache, key_of(5));
   CHECK(first.locked());
@@ -332,7 +321,7 @@ TEST_CASE("8 threads building one source through the disk cache compile it once"
     MESSAGE("NVRTC unavailable: skipped");
     return;
   }
-  TempDir dir("flight");
+  TempDir dir("cache_flight", /*create=*/ false);
   DiskCache cache(dir.path.string());
   // A source unique to this run so that no earlier cache could hold it.
   auto src = mlajit_test::axpy_source(mlajit_test::axpy_spec(64), "// run " + std::to_string(::getpid()) + "\n");

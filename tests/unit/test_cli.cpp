@@ -1,5 +1,6 @@
 // The CLI as a build pipeline sees it: exit codes, JSON outputs, concurrent builds into one cache,
 // corrupt entries found by `cache verify`, refused cache permissions. Runs the real binary.
+#include "temp_dir.hpp"
 #include <doctest/doctest.h>
 
 #include <sys/stat.h>
@@ -16,6 +17,8 @@
 #include <nlohmann/json.hpp>
 
 namespace fs = std::filesystem;
+
+using mlajit::testing::TempDir;
 
 namespace {
 
@@ -43,15 +46,6 @@ std::string last_stderr() {
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/mlajit_cli_XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
 std::string write_file(const fs::path& p, const std::string& text) {
   std::ofstream(p) << text;
   return p.string();
@@ -75,7 +69,7 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
 }
 
 TEST_CASE("cli: bad configs are rejected with the JSON path of the bad field, nothing written") {
-  TempDir t;
+  TempDir t("cli");
   const std::string cache = (t.path / "cache").string();
   struct Bad {
     const char* json;
@@ -101,7 +95,7 @@ TEST_CASE("cli: bad configs are rejected with the JSON path of the bad field, no
 }
 
 TEST_CASE("cli: build --json, cache hits on the second run, cache ls/verify") {
-  TempDir t;
+  TempDir t("cli");
   const std::string cache = (t.path / "cache").string();
   Run a = cli("build " + kConfig + " --arch sm_90a --json --jobs 2 --cache-dir " + cache);
   REQUIRE(a.code == 0);
@@ -128,7 +122,7 @@ TEST_CASE("cli: build --json, cache hits on the second run, cache ls/verify") {
 }
 
 TEST_CASE("cli: 4 concurrent builds into one empty cache all succeed and verify clean") {
-  TempDir t;
+  TempDir t("cli");
   const std::string cache = (t.path / "cache").string();
   std::vector<FILE*> procs;
   for (int i = 0; i < 4; ++i) {
@@ -158,7 +152,7 @@ TEST_CASE("cli: 4 concurrent builds into one empty cache all succeed and verify 
 }
 
 TEST_CASE("cli: cache verify reports a corrupt entry (exit 4), --remove deletes it, build recompiles") {
-  TempDir t;
+  TempDir t("cli");
   const std::string cache = (t.path / "cache").string();
   REQUIRE(cli("build " + kConfig + " --arch sm_90a --cache-dir " + cache).code == 0);
   fs::path victim;
@@ -181,7 +175,7 @@ TEST_CASE("cli: cache verify reports a corrupt entry (exit 4), --remove deletes 
 }
 
 TEST_CASE("cli: a cache dir writable by others is refused (exit 4) and left as it was") {
-  TempDir t;
+  TempDir t("cli");
   fs::path cache = t.path / "shared";
   fs::create_directory(cache);
   chmod(cache.c_str(), 0777);
@@ -192,7 +186,7 @@ TEST_CASE("cli: a cache dir writable by others is refused (exit 4) and left as i
 }
 
 TEST_CASE("cli: prune and clear") {
-  TempDir t;
+  TempDir t("cli");
   const std::string cache = (t.path / "cache").string();
   REQUIRE(cli("build " + kConfig + " --arch sm_90a --cache-dir " + cache).code == 0);
   auto p = nlohmann::json::parse(cli("cache prune --max-bytes 40K --json --cache-dir " + cache).out);
