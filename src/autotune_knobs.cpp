@@ -136,6 +136,17 @@ SparsePrefillParams fill_auto_knobs(const SparsePrefillParams& p, const SparsePr
   return out;
 }
 
+bool has_auto_knobs(const OpParams& params) {
+  return std::visit(
+      [](const auto& p) {
+        using P = std::decay_t<decltype(p)>;
+        if constexpr (std::is_same_v<P, MlaIndexerParams>) return p.block_q == 0 || p.block_kv == 0 || p.num_stages == 0;
+        else if constexpr (std::is_same_v<P, SparsePrefillParams>) return p.b_topk == 0 || p.num_stages == 0;
+        else return p.threads == 0;
+      },
+      params);
+}
+
 uint64_t problem_hash(const OpParams& params) {
   Hasher h;
   h.add(static_cast<uint64_t>(params.index()) + 0x100);

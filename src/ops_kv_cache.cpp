@@ -32,6 +32,15 @@ int64_t expect_token_rows(const TensorView& t, DType dt, const PagedKVCacheParam
   return t.shape[0];
 }
 
+// Every kv kernel is entry 0 of its module, one-dimensional, `p.threads` per block.
+template <typename P, typename Args>
+void launch_1d(const P& p, unsigned grid, const Args& args, Stream stream) {
+  LaunchDims dims;
+  dims.grid[0] = grid;
+  dims.block[0] = static_cast<unsigned>(p.threads);
+  Runtime::global().get(KernelSpec{p})->launch(0, dims, stream, args);
+}
+
 // The optional u32[1] counter of tokens that were not written / not found.
 void expect_counter(const TensorView& dropped) {
   if (dropped.empty()) return;
@@ -134,11 +143,7 @@ void kv_cache_store(const KvCacheStoreParams& requested, const TensorView& x, co
   args.layer_idx = layer_idx;
   args.kv_idx = kv_idx;
 
-  auto kernel = Runtime::global().get(KernelSpec{p});
-  LaunchDims dims;
-  dims.grid[0] = grid;
-  dims.block[0] = static_cast<unsigned>(p.threads);
-  kernel->launch(0, dims, stream, args);
+  launch_1d(p, grid, args, stream);
 }
 
 void kv_cache_gather(const KvCacheGatherParams& requested, const PagedCacheView& cache, const TensorView& batch_ids,
@@ -181,11 +186,7 @@ void kv_cache_gather(const KvCacheGatherParams& requested, const PagedCacheView&
   args.layer_idx = layer_idx;
   args.kv_idx = kv_idx;
 
-  auto kernel = Runtime::global().get(KernelSpec{p});
-  LaunchDims dims;
-  dims.grid[0] = grid;
-  dims.block[0] = static_cast<unsigned>(p.threads);
-  kernel->launch(0, dims, stream, args);
+  launch_1d(p, grid, args, stream);
 }
 
 void sparse_index_remap(const SparseIndexRemapParams& requested, const TensorView& indices,
@@ -221,11 +222,7 @@ void sparse_index_remap(const SparseIndexRemapParams& requested, const TensorVie
   args.batch = table.batch;
   args.pages_per_seq = table.pages_per_seq;
 
-  auto kernel = Runtime::global().get(KernelSpec{p});
-  LaunchDims dims;
-  dims.grid[0] = static_cast<unsigned>(num_tokens);
-  dims.block[0] = static_cast<unsigned>(p.threads);
-  kernel->launch(0, dims, stream, args);
+  launch_1d(p, static_cast<unsigned>(num_tokens), args, stream);
 }
 
 }  // namespace mlajit::ops

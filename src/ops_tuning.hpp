@@ -12,6 +12,7 @@ namespace mlajit::ops {
 
 template <typename P>
 P tuned_or_heuristic(const P& requested, const autotune::ShapeBucket& bucket) {
+  if (!autotune::has_auto_knobs(requested)) return requested;  // every knob explicit: nothing to look up
   const KernelSpec tuned = autotune::apply_tuning(KernelSpec{requested}, bucket);
   return std::get<P>(with_heuristic_knobs(tuned.params));
 }

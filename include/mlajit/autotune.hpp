@@ -68,6 +68,9 @@ KvCacheGatherParams fill_auto_knobs(const KvCacheGatherParams& p, const KvCacheG
 SparseIndexRemapParams fill_auto_knobs(const SparseIndexRemapParams& p, const SparseIndexRemapParams& tuned);
 MlaIndexerParams fill_auto_knobs(const MlaIndexerParams& p, const MlaIndexerParams& tuned);
 SparsePrefillParams fill_auto_knobs(const SparsePrefillParams& p, const SparsePrefillParams& tuned);
+// True when `p` leaves at least one knob at "auto" (0): exactly the knobs fill_auto_knobs fills.
+// Ops skip the tuning lookup when it is false.
+bool has_auto_knobs(const OpParams& p);
 // A 64-bit hash of the op and every non-knob field of `p`: two params share tuning entries iff
 // their problem hashes are equal (an fp8 store and a bf16 store never do). No JSON, no allocation.
 uint64_t problem_hash(const OpParams& p);
