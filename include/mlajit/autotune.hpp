@@ -5,16 +5,16 @@
 //
 // The pieces, in pipeline order:
 //   knobs        which params fields are tuning knobs (change speed, not results) and each op's
-//                default knob space (src/autotune_knobs.cpp)
+//                default knob space (src/autotune/knobs.cpp)
 //   shapes       named dynamic sizes of a problem (tokens, batch, ...) and their power-of-two
-//                buckets (src/autotune_shape.cpp)
-//   candidates   a config's entries -> groups of competing specs (src/autotune_candidates.cpp)
+//                buckets (src/autotune/shape.cpp)
+//   candidates   a config's entries -> groups of competing specs (src/autotune/candidates.cpp)
 //   workloads    per op: inputs on the GPU for a shape, run a spec, read the output back, compare
 //                (src/autotune_workload_*.cpp)
-//   timing       CUDA-event timing with an L2 flush between repetitions (src/autotune_timing.cpp)
-//   tuner        parallel compile -> per-device verify + time -> winners (src/autotune.cpp)
-//   database     <cache_dir>/tuning.json, merged under a file lock (src/autotune_db.cpp)
-//   lookup       the in-memory index the ops query on every call (src/autotune_lookup.cpp)
+//   timing       CUDA-event timing with an L2 flush between repetitions (src/autotune/timing.cpp)
+//   tuner        parallel compile -> per-device verify + time -> winners (src/autotune/tune.cpp)
+//   database     <cache_dir>/tuning.json, merged under a file lock (src/autotune/database.cpp)
+//   lookup       the in-memory index the ops query on every call (src/autotune/lookup.cpp)
 //
 // How an op uses the tuning database (hot path, no JSON, no allocation, no lock):
 //

@@ -36,7 +36,7 @@ std::string source_header(const KernelSpec& spec);
 // The kernel templates: embedded in the library at build time; MLAJIT_TEMPLATE_DIR (or
 // set_template_dir) points at a source folder instead, for development.
 struct TemplateFile {
-  std::string path;     // relative, e.g. "kv_cache.cuh", "common/convert.cuh"
+  std::string path;     // relative, e.g. "kv_cache/kv_cache.cuh", "common/convert.cuh"
   std::string content;
 };
 const std::vector<TemplateFile>& templates();

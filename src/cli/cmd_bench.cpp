@@ -4,9 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench_kv_cache.hpp"
-#include "bench_mla_indexer.hpp"
-#include "bench_sparse_prefill.hpp"
+#include "ops/kv_cache/bench.hpp"
+#include "ops/mla_indexer/bench.hpp"
+#include "ops/sparse_prefill/bench.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 

@@ -13,7 +13,7 @@
 #include "cli/progress.hpp"
 #include "mlajit/build.hpp"
 #include "mlajit/kernel_set.hpp"
-#include "parallel.hpp"
+#include "core/parallel.hpp"
 
 namespace mlajit::cli {
 

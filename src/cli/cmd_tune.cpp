@@ -18,7 +18,7 @@
 #include "mlajit/autotune.hpp"
 #include "mlajit/config.hpp"
 #include "mlajit/error.hpp"
-#include "parallel.hpp"
+#include "core/parallel.hpp"
 
 namespace mlajit::cli {
 

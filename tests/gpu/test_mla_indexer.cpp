@@ -26,7 +26,7 @@
 #include "mlajit/driver.hpp"
 #include "mlajit/ops.hpp"
 #include "mlajit/runtime.hpp"
-#include "ops_mla_indexer_stages.hpp"
+#include "ops/mla_indexer/stages.hpp"
 #include "reference/mla_indexer_ref.hpp"
 
 using namespace mlajit;

@@ -20,8 +20,8 @@
 #include "mlajit/ops.hpp"
 #include "mlajit/runtime.hpp"
 #include "reference/sparse_prefill_ref.hpp"
-#include "sparse_prefill_launch.hpp"
-#include "sparse_prefill_plan.hpp"
+#include "ops/sparse_prefill/launch.hpp"
+#include "ops/sparse_prefill/plan.hpp"
 
 using namespace mlajit;
 using driver::DeviceBuffer;
@@ -110,7 +110,7 @@ Outputs run_on_device(const ref::SparsePrefillProblem& pb, DeviceProblem& d, Pat
 
 // The Hopper kernel rounds K * group_scale to bf16 (fp8 with 0 < scale_block_size < 576), like any
 // bf16-dequantized cache, so its lse is only ~1e-3 accurate there. The op's automatic path sends
-// such specs to the exact portable kernel (sparse_prefill_plan.cpp: sm90_preferred), which is held
+// such specs to the exact portable kernel (ops/sparse_prefill/plan.cpp: sm90_preferred), which is held
 // to the SPEC's 1e-4; the forced Hopper path is checked at this documented looser bound.
 constexpr double kSm90GroupScaleLseTol = 1e-2;
 

@@ -463,8 +463,8 @@ TEST_CASE("a real NVRTC failure (broken template) is recorded per candidate, nev
     fs::create_directories((tpl / t.path).parent_path());
     std::ofstream(tpl / t.path) << t.content;
   }
-  REQUIRE(fs::exists(tpl / "kv_cache.cuh"));
-  { std::ofstream(tpl / "kv_cache.cuh", std::ios::app) << "\nthis_is_not_cuda x y z;\n"; }
+  REQUIRE(fs::exists(tpl / "kv_cache" / "kv_cache.cuh"));
+  { std::ofstream(tpl / "kv_cache" / "kv_cache.cuh", std::ios::app) << "\nthis_is_not_cuda x y z;\n"; }
   set_template_dir(tpl.string());
   TuneReport rep;
   try {

@@ -14,12 +14,12 @@
 #include <thread>
 #include <vector>
 
-#include "memory_cache.hpp"
+#include "jit/memory_cache.hpp"
 #include "mlajit/build.hpp"
 #include "mlajit/cache.hpp"
 #include "mlajit/compiler.hpp"
 #include "mlajit/error.hpp"
-#include "sha256.hpp"
+#include "core/sha256.hpp"
 #include "unit/handwritten_kernel.hpp"
 
 using namespace mlajit;

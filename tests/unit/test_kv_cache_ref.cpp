@@ -163,7 +163,7 @@ TEST_SUITE("kv_cache reference") {
   }
 
   TEST_CASE("store kernel's division-free formulas equal the IEEE f32 divisions of the SPEC") {
-    // kv_cache.cuh computes s = a / 448 and q = x / s without a division instruction (group_scale,
+    // kv_cache/kv_cache.cuh computes s = a / 448 and q = x / s without a division instruction (group_scale,
     // GroupQuantizer): q0 = x * r, rem = fma(-q0, d, x), q = fma(rem, r, q0) with r = RN(1/d), the
     // quotient taking x's sign bit. Here the same f32 operations on the host.
     auto markstein = [](float x, float d, float r) {

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "memory_cache.hpp"
+#include "jit/memory_cache.hpp"
 #include "mlajit/params.hpp"
 
 using namespace mlajit;

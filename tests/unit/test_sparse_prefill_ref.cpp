@@ -11,8 +11,8 @@
 #include "mlajit/error.hpp"
 #include "mlajit/ops.hpp"
 #include "reference/sparse_prefill_ref.hpp"
-#include "sparse_prefill_launch.hpp"
-#include "sparse_prefill_plan.hpp"
+#include "ops/sparse_prefill/launch.hpp"
+#include "ops/sparse_prefill/plan.hpp"
 
 using namespace mlajit;
 
@@ -261,7 +261,7 @@ TEST_CASE("sparse_prefill codegen: deterministic source with the planned entries
       CHECK(plan.heads_per_cta * plan.head_tiles >= heads);
       CHECK(plan.heads_per_cta * (plan.head_tiles - 1) < heads);
       CHECK(plan.smem_bytes <= 227 * 1024);
-      CHECK(a.code.find("#include \"sparse_prefill_sm80.cuh\"") != std::string::npos);
+      CHECK(a.code.find("#include \"sparse_prefill/sm80.cuh\"") != std::string::npos);
       CHECK(a.code.find(fmt::format("kSmemBytes == {}", plan.smem_bytes)) != std::string::npos);
       CHECK(a.min_arch == "sm_80");
       if (sparse_prefill::sm90_supported(p)) {

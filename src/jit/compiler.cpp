@@ -1,0 +1,215 @@
+// NVRTC compilation of generated sources to CUBIN (see include/mlajit/compiler.hpp).
+#include "mlajit/compiler.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+
+#include "mlajit/config.hpp"
+#include "mlajit/error.hpp"
+#include "mlajit/log.hpp"
+#include "jit/nvrtc_api.hpp"
+
+namespace mlajit {
+
+namespace {
+
+constexpr const char* kArchs[] = {"sm_80",  "sm_86",   "sm_87",  "sm_89",   "sm_90",  "sm_90a",
+                                  "sm_100", "sm_100a", "sm_103", "sm_103a", "sm_120", "sm_120a"};
+
+std::string arch_list() {
+  std::string s;
+  for (auto* a : kArchs) s += (s.empty() ? "" : " | ") + std::string(a);
+  return s;
+}
+
+int arch_number(const std::string& arch) { return std::stoi(arch.substr(3)); }
+bool arch_specific(const std::string& arch) { return !arch.empty() && arch.back() == 'a'; }
+
+const nvrtc::Api& api() {
+  std::string why;
+  const nvrtc::Api* a = nvrtc::load(&why);
+  if (!a) throw Error(ErrorKind::Compile, why);
+  return *a;
+}
+
+void write_file(const std::string& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  if (!out) throw_error(ErrorKind::Io, "cannot write {}", path);
+}
+
+// Where a failed compile leaves its source when MLAJIT_DUMP_DIR is unset: a per-user folder.
+std::string failure_dir() {
+  if (auto d = config::dump_dir()) return *d;
+  std::string base = config::env("TMPDIR").value_or("/tmp");
+  std::string dir = fmt::format("{}/mlajit-{}", base, static_cast<unsigned>(getuid()));
+  ::mkdir(dir.c_str(), 0700);
+  return dir;
+}
+
+struct ProgramGuard {
+  const nvrtc::Api& api;
+  nvrtc::Program prog = nullptr;
+  ~ProgramGuard() {
+    if (prog) api.DestroyProgram(&prog);
+  }
+};
+
+struct NvrtcRun {
+  nvrtc::Result rc = nvrtc::kSuccess;
+  std::string log;
+  std::string output;  // CUBIN or PTX
+};
+
+NvrtcRun run_nvrtc(const KernelSource& src, const std::vector<std::string>& options, bool want_ptx) {
+  const auto& a = api();
+  auto headers = included_templates(src.code);
+  std::vector<const char*> contents, names;
+  for (auto* t : headers) {
+    contents.push_back(t->content.c_str());
+    names.push_back(t->path.c_str());
+  }
+  ProgramGuard g{a};
+  std::string prog_name = src.name + ".cu";
+  nvrtc::Result rc = a.CreateProgram(&g.prog, src.code.c_str(), prog_name.c_str(), static_cast<int>(headers.size()),
+                                     contents.data(), names.data());
+  if (rc != nvrtc::kSuccess) throw_error(ErrorKind::Compile, "nvrtcCreateProgram({}) failed: {}", prog_name, a.GetErrorString(rc));
+  std::vector<const char*> opts;
+  for (auto& o : options) opts.push_back(o.c_str());
+
+  NvrtcRun run;
+  run.rc = a.CompileProgram(g.prog, static_cast<int>(opts.size()), opts.data());
+  size_t log_size = 0;
+  if (a.GetProgramLogSize(g.prog, &log_size) == nvrtc::kSuccess && log_size > 1) {
+    run.log.resize(log_size);
+    a.GetProgramLog(g.prog, run.log.data());
+    run.log.resize(log_size - 1);  // drop the terminating NUL
+  }
+  if (run.rc != nvrtc::kSuccess) return run;
+  size_t size = 0;
+  rc = want_ptx ? a.GetPTXSize(g.prog, &size) : a.GetCUBINSize(g.prog, &size);
+  if (rc == nvrtc::kSuccess) {
+    run.output.resize(size);
+    rc = want_ptx ? a.GetPTX(g.prog, run.output.data()) : a.GetCUBIN(g.prog, run.output.data());
+  }
+  if (rc != nvrtc::kSuccess)
+    throw_error(ErrorKind::Compile, "fetching the {} of {} failed: {}", want_ptx ? "PTX" : "CUBIN", prog_name,
+                a.GetErrorString(rc));
+  if (want_ptx && !run.output.empty() && run.output.back() == '\0') run.output.pop_back();
+  return run;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (auto& x : v) s += (s.empty() ? "" : " ") + x;
+  return s;
+}
+
+}  // namespace
+
+void validate_arch(const std::string& arch, const std::string& what) {
+  for (auto* a : kArchs)
+    if (arch == a) return;
+  throw_invalid(what, fmt::format("\"{}\"", arch), arch_list());
+}
+
+std::string arch_for_compute_capability(int major, int minor) {
+  std::string arch = fmt::format("sm_{}{}", major, minor);
+  if (arch == "sm_90" || arch == "sm_100" || arch == "sm_103" || arch == "sm_120") arch += "a";
+  return arch;
+}
+
+bool arch_satisfies(const std::string& arch, const std::string& min_arch) {
+  if (min_arch.empty()) return true;
+  if (arch_specific(min_arch)) return arch == min_arch;
+  return arch_number(arch) >= arch_number(min_arch);
+}
+
+namespace {
+std::atomic<unsigned long> g_compiles{0};
+}
+
+unsigned long Compiler::compile_count() { return g_compiles.load(); }
+
+Compiler& Compiler::global() {
+  static Compiler c;
+  return c;
+}
+
+bool Compiler::available(std::string* reason) { return nvrtc::load(reason) != nullptr; }
+
+std::string Compiler::nvrtc_version() const {
+  const auto& a = api();
+  std::string file = a.library.substr(a.library.rfind('/') + 1);
+  return fmt::format("{}.{} ({})", a.major, a.minor, file);
+}
+
+std::vector<std::string> Compiler::options(const std::string& arch) const {
+  validate_arch(arch);
+  std::vector<std::string> o = {"-std=c++17", "--gpu-architecture=" + arch, "-default-device", "-DNDEBUG"};
+  if (line_info_) o.push_back("-lineinfo");
+  if (use_pch_) o.push_back("--pch");
+  return o;
+}
+
+CompiledKernel Compiler::compile(const KernelSource& src, const std::string& arch) const {
+  validate_arch(arch);
+  if (!arch_satisfies(arch, src.min_arch))
+    throw_invalid(fmt::format("target arch of {}", src.name), arch,
+                  arch_specific(src.min_arch) ? fmt::format("exactly {} (the kernel uses arch-specific instructions)", src.min_arch)
+                                              : fmt::format("{} or newer", src.min_arch));
+  auto opts = options(arch);
+  auto t0 = std::chrono::steady_clock::now();
+  NvrtcRun run = run_nvrtc(src, opts, /*want_ptx=*/false);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  auto dump = config::dump_dir();
+  if (run.rc != nvrtc::kSuccess) {
+    std::string dir = failure_dir();
+    std::string base = dir + "/" + src.name;
+    std::string where;
+    try {
+      write_file(base + ".cu", expand_includes(src.code));
+      write_file(base + ".log", run.log);
+      where = base + ".cu";
+    } catch (const Error& e) {
+      where = fmt::format("(not written: {})", e.what());
+    }
+    throw_error(ErrorKind::Compile, "NVRTC failed to compile {} for {} ({}); source: {}\noptions: {}\nNVRTC log:\n{}",
+                src.name, arch, api().GetErrorString(run.rc), where, join(opts), run.log);
+  }
+  if (!run.log.empty()) log::debug("NVRTC log of {}:\n{}", src.name, run.log);
+
+  g_compiles.fetch_add(1);
+  CompiledKernel out;
+  out.cubin = std::move(run.output);
+  out.log = std::move(run.log);
+  out.stats.seconds = seconds;
+  out.stats.cubin_bytes = out.cubin.size();
+  out.stats.nvrtc_version = nvrtc_version();
+  log::info("compiled {} for {} in {:.3f} s ({} bytes)", src.name, arch, seconds, out.cubin.size());
+
+  if (dump) {
+    // The PTX needs a second, virtual-arch compile; only paid for when dumping.
+    std::string base = *dump + "/" + src.name;
+    ::mkdir(dump->c_str(), 0755);
+    write_file(base + ".cu", expand_includes(src.code));
+    write_file(base + ".cubin", out.cubin);
+    write_file(base + ".log", fmt::format("options: {}\nseconds: {:.3f}\n{}", join(opts), seconds, out.log));
+    auto ptx_opts = opts;
+    for (auto& o : ptx_opts)
+      if (o.rfind("--gpu-architecture=", 0) == 0) o = "--gpu-architecture=compute_" + arch.substr(3);
+    for (auto it = ptx_opts.begin(); it != ptx_opts.end();)
+      it = (*it == "--pch") ? ptx_opts.erase(it) : it + 1;
+    NvrtcRun ptx = run_nvrtc(src, ptx_opts, /*want_ptx=*/true);
+    if (ptx.rc == nvrtc::kSuccess) write_file(base + ".ptx", ptx.output);
+    else log::warn("PTX dump of {} failed: {}", src.name, ptx.log);
+  }
+  return out;
+}
+
+}  // namespace mlajit

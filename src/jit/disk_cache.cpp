@@ -1,0 +1,487 @@
+// The on-disk cubin cache (layout and guarantees: include/mlajit/cache.hpp).
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "mlajit/cache.hpp"
+#include "mlajit/config.hpp"
+#include "mlajit/error.hpp"
+#include "mlajit/log.hpp"
+#include "mlajit/version.hpp"
+#include "core/sha256.hpp"
+
+namespace mlajit {
+
+namespace {
+
+constexpr char kMagic[8] = {'M', 'L', 'A', 'J', 'I', 'T', 'C', '\n'};
+constexpr size_t kHeaderSize = 152;
+constexpr const char* kEntrySuffix = ".mjc";
+constexpr const char* kLockSuffix = ".lock";
+constexpr const char* kTempSuffix = ".tmp";
+
+void put_u32(std::string& s, uint32_t v) {
+  for (int i = 0; i < 4; ++i) s += static_cast<char>(v >> (8 * i));
+}
+void put_u64(std::string& s, uint64_t v) {
+  for (int i = 0; i < 8; ++i) s += static_cast<char>(v >> (8 * i));
+}
+uint64_t get_le(const std::string& s, size_t off, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= uint64_t(static_cast<uint8_t>(s[off + i])) << (8 * i);
+  return v;
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+bool ends_with(const std::string& s, const char* suffix) {
+  size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+bool is_key(const std::string& s) {
+  if (s.size() != 64) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+// The directory's names (no "." / "..").
+std::vector<std::string> list_names(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  if (!d) throw_error(ErrorKind::Io, "cannot list cache directory {}: {}", dir, errno_text());
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Refuses directories others could plant a cubin in (see cache.hpp).
+void check_dir_safe(const std::string& dir, const struct stat& st) {
+  if (!S_ISDIR(st.st_mode)) throw_error(ErrorKind::Cache, "cache directory {} is not a directory", dir);
+  if (st.st_uid != geteuid())
+    throw_error(ErrorKind::Cache,
+                "refusing cache directory {}: it is owned by uid {}, not by the current user (uid {}); loading a "
+                "cubin runs code on the GPU, so the cache must be writable by you alone. Set MLAJIT_CACHE_DIR to a "
+                "directory of yours",
+                dir, st.st_uid, geteuid());
+  if (st.st_mode & (S_IWGRP | S_IWOTH))
+    throw_error(ErrorKind::Cache,
+                "refusing cache directory {}: it is writable by {} (mode {:04o}); loading a cubin runs code on the "
+                "GPU, so the cache must be writable by you alone. Fix it with `chmod 700 {}`",
+                dir, (st.st_mode & S_IWOTH) ? "other users" : "its group", st.st_mode & 07777, dir);
+}
+
+void make_dirs(const std::string& dir) {
+  // Each missing component is created 0700; existing ones are left as they are.
+  for (size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos != dir.size() && dir[pos] != '/') continue;
+    std::string part = dir.substr(0, pos);
+    if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST)
+      throw_error(ErrorKind::Cache, "cannot create cache directory {}: {}", part, errno_text());
+  }
+}
+
+std::string read_all(int fd, size_t size, const std::string& path) {
+  std::string data(size, '\0');
+  size_t got = 0;
+  while (got < size) {
+    ssize_t r = ::read(fd, data.data() + got, size - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += static_cast<size_t>(r);
+  }
+  data.resize(got);
+  return data;
+}
+
+void write_all(int fd, const std::string& data, const std::string& path) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t w = ::write(fd, data.data() + done, data.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) throw_error(ErrorKind::Io, "cannot write cache file {}: {}", path, errno_text());
+    done += static_cast<size_t>(w);
+  }
+}
+
+struct Parsed {
+  std::optional<CacheEntry> entry;
+  std::string reason;  // why it is bad, when entry is empty
+};
+
+// Checks one entry file's bytes against the layout and the key its name promises.
+Parsed parse_entry(const std::string& data, const std::string& key) {
+  Parsed p;
+  auto bad = [&](std::string why) {
+    p.reason = std::move(why);
+    return p;
+  };
+  if (data.size() < kHeaderSize) return bad(fmt::format("truncated: {} bytes, shorter than the {}-byte header", data.size(), kHeaderSize));
+  if (std::memcmp(data.data(), kMagic, 8) != 0) return bad("bad magic (not an mlajit cache entry)");
+  uint64_t version = get_le(data, 8, 4);
+  if (version != kCacheFormatVersion) return bad(fmt::format("format version {}, expected {}", version, kCacheFormatVersion));
+  uint64_t meta_len = get_le(data, 12, 4), payload_len = get_le(data, 16, 8);
+  if (data.compare(24, 64, key) != 0) return bad("the key in the header does not match the file name");
+  if (kHeaderSize + meta_len + payload_len != data.size())
+    return bad(fmt::format("size {} bytes, header says {}", data.size(), kHeaderSize + meta_len + payload_len));
+  std::string_view meta(data.data() + kHeaderSize, meta_len);
+  std::string_view payload(data.data() + kHeaderSize + meta_len, payload_len);
+  auto payload_sum = sha256(payload);
+  if (std::memcmp(payload_sum.data(), data.data() + 88, 32) != 0) return bad("payload checksum mismatch");
+  auto meta_sum = sha256(meta);
+  if (std::memcmp(meta_sum.data(), data.data() + 120, 32) != 0) return bad("metadata checksum mismatch");
+  CacheEntry e;
+  try {
+    e.meta = CacheEntryMeta::from_json(std::string(meta));
+  } catch (const Error& err) {
+    return bad(err.what());
+  }
+  e.key = key;
+  e.cubin.assign(payload.data(), payload.size());
+  p.entry = std::move(e);
+  return p;
+}
+
+// Opens and reads an entry file. nullopt data = no such file.
+struct ReadResult {
+  bool exists = false;
+  std::string data;
+  std::string reason;  // non-empty: unreadable / not ours
+};
+
+ReadResult read_entry_file(const std::string& path, bool touch) {
+  ReadResult r;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    if (errno == ENOENT) return r;
+    r.exists = true;
+    r.reason = fmt::format("cannot open: {}", errno_text());
+    return r;
+  }
+  r.exists = true;
+  struct stat st;
+  if (fstat(fd, &st) != 0) r.reason = fmt::format("cannot stat: {}", errno_text());
+  else if (!S_ISREG(st.st_mode)) r.reason = "not a regular file";
+  else if (st.st_uid != geteuid()) r.reason = fmt::format("owned by uid {}, not by the current user", st.st_uid);
+  else {
+    r.data = read_all(fd, static_cast<size_t>(st.st_size), path);
+    // The entry was used: refresh atime/mtime so that LRU eviction keeps it.
+    if (touch) ::futimens(fd, nullptr);
+  }
+  ::close(fd);
+  return r;
+}
+
+void fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+// ---- metadata -----------------------------------------------------------------------------------
+
+std::string CacheEntryMeta::to_json() const {
+  nlohmann::json j;
+  j["name"] = name;
+  j["base_key"] = base_key;
+  j["op"] = op;
+  j["params"] = params_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(params_json);
+  j["entries"] = nlohmann::json::array();
+  for (auto& e : entries) j["entries"].push_back({{"symbol", e.symbol}, {"threads", e.threads}, {"smem", e.smem_bytes}});
+  j["arch"] = arch;
+  j["min_arch"] = min_arch;
+  j["nvrtc_version"] = nvrtc_version;
+  j["compile_seconds"] = compile_seconds;
+  j["mlajit_version"] = mlajit_version;
+  j["created"] = created;
+  return j.dump();
+}
+
+CacheEntryMeta CacheEntryMeta::from_json(const std::string& text) {
+  try {
+    auto j = nlohmann::json::parse(text);
+    CacheEntryMeta m;
+    m.name = j.at("name").get<std::string>();
+    m.base_key = j.value("base_key", "");
+    m.op = j.at("op").get<std::string>();
+    m.params_json = j.at("params").dump();
+    for (auto& e : j.at("entries"))
+      m.entries.push_back({e.at("symbol").get<std::string>(), e.at("threads").get<unsigned>(), e.at("smem").get<unsigned>()});
+    m.arch = j.at("arch").get<std::string>();
+    m.min_arch = j.value("min_arch", "");
+    m.nvrtc_version = j.at("nvrtc_version").get<std::string>();
+    m.compile_seconds = j.at("compile_seconds").get<double>();
+    m.mlajit_version = j.value("mlajit_version", "");
+    m.created = j.value("created", int64_t{0});
+    return m;
+  } catch (const nlohmann::json::exception& e) {
+    throw_error(ErrorKind::Cache, "bad metadata JSON: {}", e.what());
+  }
+}
+
+// ---- DiskCache ----------------------------------------------------------------------------------
+
+DiskCache::DiskCache(std::string dir, std::optional<uint64_t> max_bytes) : max_bytes_(max_bytes) {
+  if (dir.empty()) throw_invalid("cache directory", "\"\"", "a directory path");
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno != ENOENT) throw_error(ErrorKind::Cache, "cannot use cache directory {}: {}", dir, errno_text());
+    make_dirs(dir);
+    if (::stat(dir.c_str(), &st) != 0) throw_error(ErrorKind::Cache, "cannot use cache directory {}: {}", dir, errno_text());
+    log::info("created cache directory {} (mode 0700)", dir);
+  }
+  check_dir_safe(dir, st);
+  dir_ = std::move(dir);
+}
+
+std::unique_ptr<DiskCache> DiskCache::from_env() {
+  if (config::disk_cache_disabled()) return nullptr;
+  return std::make_unique<DiskCache>(config::cache_dir(), config::cache_max_bytes());
+}
+
+DiskCache* DiskCache::default_cache() {
+  static std::unique_ptr<DiskCache> cache;
+  static bool disabled = false;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lk(mu);
+  if (!cache && !disabled) {
+    cache = from_env();  // throws for an unsafe directory; retried on the next call
+    disabled = !cache;
+  }
+  return cache.get();
+}
+
+std::string DiskCache::path_of(const std::string& key) const { return dir_ + "/" + key + kEntrySuffix; }
+
+std::optional<CacheEntry> DiskCache::get(const std::string& key) {
+  validate_cache_key(key);
+  std::string path = path_of(key);
+  ReadResult r = read_entry_file(path, /*touch=*/true);
+  if (!r.exists) return std::nullopt;
+  Parsed p;
+  if (r.reason.empty()) p = parse_entry(r.data, key);
+  else p.reason = r.reason;
+  if (p.entry) return std::move(p.entry);
+  log::warn("cache entry {} is bad ({}); removed, it will be recompiled", path, p.reason);
+  ::unlink(path.c_str());
+  return std::nullopt;
+}
+
+void DiskCache::put(const std::string& key, const CacheEntryMeta& meta, const std::string& cubin) {
+  validate_cache_key(key);
+  std::string meta_text = meta.to_json();
+  std::string data;
+  data.reserve(kHeaderSize + meta_text.size() + cubin.size());
+  data.append(kMagic, 8);
+  put_u32(data, kCacheFormatVersion);
+  put_u32(data, static_cast<uint32_t>(meta_text.size()));
+  put_u64(data, cubin.size());
+  data += key;
+  auto ps = sha256(cubin);
+  data.append(reinterpret_cast<const char*>(ps.data()), 32);
+  auto ms = sha256(meta_text);
+  data.append(reinterpret_cast<const char*>(ms.data()), 32);
+  data += meta_text;
+  data += cubin;
+
+  std::string tmp = dir_ + "/." + key + ".XXXXXX" + kTempSuffix;
+  int fd = ::mkstemps(tmp.data(), static_cast<int>(std::strlen(kTempSuffix)));  // created 0600
+  if (fd < 0) throw_error(ErrorKind::Io, "cannot create a temp file in cache directory {}: {}", dir_, errno_text());
+  try {
+    write_all(fd, data, tmp);
+    if (::fsync(fd) != 0) throw_error(ErrorKind::Io, "fsync of {} failed: {}", tmp, errno_text());
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  std::string path = path_of(key);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::string why = errno_text();
+    ::unlink(tmp.c_str());
+    throw_error(ErrorKind::Io, "cannot rename {} to {}: {}", tmp, path, why);
+  }
+  fsync_dir(dir_);
+  log::debug("cache put {} ({}, {} bytes)", path, meta.name, data.size());
+  evict_over_cap(key);
+}
+
+std::optional<CacheEntry> DiskCache::find_by_base_key(const std::string& base_key) {
+  validate_cache_key(base_key);
+  std::optional<CacheEntry> best;
+  int64_t best_mtime = -1;
+  for (auto& l : list()) {
+    if (!is_key(l.key) || l.mtime < best_mtime) continue;
+    ReadResult r = read_entry_file(l.path, /*touch=*/false);
+    if (!r.reason.empty() || r.data.size() < kHeaderSize) continue;
+    uint64_t meta_len = get_le(r.data, 12, 4);
+    if (kHeaderSize + meta_len > r.data.size()) continue;
+    if (r.data.find("\"base_key\":\"" + base_key + "\"", kHeaderSize) >= kHeaderSize + meta_len) continue;
+    if (auto e = get(l.key)) {  // full verification (and LRU touch) of the candidate
+      if (e->meta.base_key == base_key) {
+        best = std::move(e);
+        best_mtime = l.mtime;
+      }
+    }
+  }
+  return best;
+}
+
+std::vector<CacheListing> DiskCache::list() const {
+  std::vector<CacheListing> out;
+  for (auto& n : list_names(dir_)) {
+    if (!ends_with(n, kEntrySuffix)) continue;
+    CacheListing l;
+    l.key = n.substr(0, n.size() - std::strlen(kEntrySuffix));
+    l.path = dir_ + "/" + n;
+    struct stat st;
+    if (::lstat(l.path.c_str(), &st) != 0) continue;  // removed meanwhile
+    l.size = static_cast<uint64_t>(st.st_size);
+    l.mtime = static_cast<int64_t>(st.st_mtime);
+    // Name and arch from the metadata; a header that does not parse shows "?" (verify says why).
+    l.name = l.arch = "?";
+    ReadResult r = read_entry_file(l.path, /*touch=*/false);
+    if (r.reason.empty() && r.data.size() >= kHeaderSize) {
+      uint64_t meta_len = get_le(r.data, 12, 4);
+      if (kHeaderSize + meta_len <= r.data.size()) {
+        try {
+          auto m = CacheEntryMeta::from_json(r.data.substr(kHeaderSize, meta_len));
+          l.name = m.name;
+          l.arch = m.arch;
+        } catch (const Error&) {
+        }
+      }
+    }
+    out.push_back(std::move(l));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const CacheListing& a, const CacheListing& b) { return a.mtime < b.mtime; });
+  return out;
+}
+
+VerifyReport DiskCache::verify(bool remove_corrupt) {
+  VerifyReport rep;
+  for (auto& n : list_names(dir_)) {
+    if (!ends_with(n, kEntrySuffix)) continue;
+    ++rep.entries;
+    std::string path = dir_ + "/" + n;
+    std::string key = n.substr(0, n.size() - std::strlen(kEntrySuffix));
+    std::string reason;
+    if (!is_key(key)) {
+      reason = "file name is not <sha256>.mjc";
+    } else {
+      ReadResult r = read_entry_file(path, /*touch=*/false);
+      if (!r.exists) {
+        --rep.entries;  // removed meanwhile
+        continue;
+      }
+      reason = r.reason.empty() ? parse_entry(r.data, key).reason : r.reason;
+    }
+    if (reason.empty()) {
+      ++rep.ok;
+      continue;
+    }
+    rep.corrupt.push_back({path, reason});
+    if (remove_corrupt) ::unlink(path.c_str());
+  }
+  return rep;
+}
+
+PruneReport DiskCache::prune(uint64_t max_bytes) {
+  PruneReport rep;
+  auto entries = list();
+  uint64_t total = 0;
+  for (auto& e : entries) total += e.size;
+  for (auto& e : entries) {
+    if (total <= max_bytes) break;
+    if (::unlink(e.path.c_str()) == 0 || errno == ENOENT) {
+      total -= e.size;
+      ++rep.removed;
+      rep.removed_bytes += e.size;
+    }
+  }
+  rep.remaining_bytes = total;
+  return rep;
+}
+
+void DiskCache::evict_over_cap(const std::string& keep_key) {
+  if (!max_bytes_) return;
+  auto entries = list();
+  uint64_t total = 0;
+  for (auto& e : entries) total += e.size;
+  for (auto& e : entries) {
+    if (total <= *max_bytes_) break;
+    if (e.key == keep_key) continue;  // never evict what was just written
+    if (::unlink(e.path.c_str()) == 0 || errno == ENOENT) {
+      total -= e.size;
+      log::info("cache over its {}-byte cap: evicted {} ({})", *max_bytes_, e.path, e.name);
+    }
+  }
+  if (total > *max_bytes_)
+    log::warn("cache {} holds {} bytes, over its cap of {} bytes, after evicting all older entries", dir_, total, *max_bytes_);
+}
+
+size_t DiskCache::clear() {
+  size_t removed = 0;
+  for (auto& n : list_names(dir_)) {
+    bool entry = ends_with(n, kEntrySuffix);
+    bool ours = entry || ends_with(n, kLockSuffix) || (n[0] == '.' && ends_with(n, kTempSuffix));
+    if (!ours) continue;  // never delete files mlajit did not write
+    if (::unlink((dir_ + "/" + n).c_str()) == 0 && entry) ++removed;
+  }
+  return removed;
+}
+
+// ---- KeyLock ------------------------------------------------------------------------------------
+
+DiskCache::KeyLock::KeyLock(const DiskCache& cache, const std::string& key, double timeout_s) {
+  validate_cache_key(key);
+  std::string path = cache.dir() + "/" + key + kLockSuffix;
+  int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    log::debug("cannot open lock {}: {}; compiling without it", path, errno_text());
+    return;
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      ::close(fd);
+      return;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      log::warn("lock {} still held after {:.1f} s; proceeding without it", path, timeout_s);
+      ::close(fd);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  fd_ = fd;
+}
+
+DiskCache::KeyLock::~KeyLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the flock
+}
+
+}  // namespace mlajit

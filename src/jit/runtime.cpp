@@ -1,0 +1,165 @@
+// Runtime: KernelSpec -> loaded Kernel on the current device. Memory cache (single flight) ->
+// build_source (disk cache -> NVRTC -> disk put) -> module load (include/mlajit/runtime.hpp).
+#include "mlajit/runtime.hpp"
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "jit/memory_cache.hpp"
+#include "mlajit/build.hpp"
+#include "mlajit/cache.hpp"
+#include "mlajit/compiler.hpp"
+#include "mlajit/config.hpp"
+#include "mlajit/driver.hpp"
+#include "mlajit/error.hpp"
+#include "mlajit/log.hpp"
+
+namespace mlajit {
+
+namespace {
+
+// Above this a kernel must opt in to more dynamic shared memory (cuFuncSetAttribute).
+constexpr unsigned kDefaultSmemLimit = 48 * 1024;
+
+class LoadedKernel final : public Kernel {
+ public:
+  LoadedKernel(KernelSource src, const std::string& cubin, std::string arch, std::string key)
+      : src_(std::move(src)), module_(cubin), arch_(std::move(arch)), key_(std::move(key)) {
+    for (auto& e : src_.entries) {
+      driver::Function f = module_.function(e.symbol);
+      if (e.smem_bytes > kDefaultSmemLimit) driver::set_max_dynamic_smem(f, e.smem_bytes);
+      functions_.push_back(f);
+    }
+  }
+
+  const KernelSource& source() const override { return src_; }
+  const std::string& arch() const override { return arch_; }
+  const std::string& cache_key() const override { return key_; }
+
+  void* function(int entry) const override {
+    check_entry(entry);
+    return functions_[entry];
+  }
+
+  void launch(int entry, const LaunchDims& d, Stream stream, const void* args, size_t args_size) const override {
+    check_entry(entry);
+    const EntryPoint& e = src_.entries[entry];
+    if (e.threads && d.block[0] * d.block[1] * d.block[2] > e.threads)
+      throw_invalid(fmt::format("block size of {}", e.symbol), d.block[0] * d.block[1] * d.block[2],
+                    fmt::format("at most the {} threads it was compiled for", e.threads));
+    if (d.smem_bytes > std::max(e.smem_bytes, kDefaultSmemLimit))
+      throw_invalid(fmt::format("dynamic shared memory of {}", e.symbol), d.smem_bytes,
+                    fmt::format("at most {} bytes (the limit raised at load)", std::max(e.smem_bytes, kDefaultSmemLimit)));
+    if (!args || args_size == 0) throw_invalid(fmt::format("argument struct of {}", e.symbol), "none", "a by-value struct");
+    driver::launch(functions_[entry], d.grid, d.block, d.smem_bytes, stream, args);
+  }
+
+ private:
+  void check_entry(int entry) const {
+    if (entry < 0 || entry >= static_cast<int>(functions_.size()))
+      throw_invalid(fmt::format("entry index of {}", src_.name), entry,
+                    fmt::format("0..{}", static_cast<int>(functions_.size()) - 1));
+  }
+
+  KernelSource src_;
+  driver::Module module_;
+  std::vector<driver::Function> functions_;
+  std::string arch_;
+  std::string key_;
+};
+
+struct SpecOnDevice {
+  KernelSpec spec;
+  int device;
+  bool operator==(const SpecOnDevice& o) const { return device == o.device && spec == o.spec; }
+};
+
+class RuntimeImpl final : public Runtime {
+ public:
+  explicit RuntimeImpl(RuntimeOptions o) : opts_(std::move(o)) {}
+
+  std::shared_ptr<const Kernel> get(const KernelSpec& spec) override {
+    int device = driver::ensure_context();
+    size_t hash = spec.hash() ^ (static_cast<size_t>(device) * 0x9E3779B97F4A7C15ull);
+    return kernels_.get(SpecOnDevice{spec, device}, hash, [&] { return build_and_load(spec, device); });
+  }
+
+  std::shared_ptr<const Kernel> load_source(const KernelSource& src) override {
+    int device = driver::ensure_context();
+    return load(src, arch_of(device));
+  }
+
+  size_t cached_kernels() const override { return kernels_.size(); }
+
+  int sm_count() override { return device_props(driver::ensure_context()).sm_count; }
+
+  std::string arch() override { return arch_of(driver::ensure_context()); }
+
+ private:
+  struct DeviceProps {
+    int sm_count = 0;
+    std::string arch;
+  };
+
+  const DeviceProps& device_props(int device) {
+    std::lock_guard<std::mutex> lk(props_mu_);
+    DeviceProps& p = props_[device];  // map nodes never move: the reference stays valid
+    if (p.arch.empty()) {
+      auto info = driver::device_info(device);
+      p.sm_count = info.sm_count;
+      p.arch = arch_for_compute_capability(info.cc_major, info.cc_minor);
+    }
+    return p;
+  }
+
+  std::string arch_of(int device) {
+    if (auto a = config::arch_override()) {
+      validate_arch(*a, "MLAJIT_ARCH");
+      return *a;
+    }
+    return device_props(device).arch;
+  }
+
+  DiskCache* disk() {
+    if (!opts_.disk_cache_enabled) return nullptr;
+    if (opts_.disk_cache) return opts_.disk_cache.get();
+    return DiskCache::default_cache();
+  }
+
+  std::shared_ptr<const Kernel> build_and_load(const KernelSpec& spec, int device) {
+    KernelSource src = opts_.codegen ? opts_.codegen(spec) : generate(spec);
+    return load(src, arch_of(device));
+  }
+
+  std::shared_ptr<const Kernel> load(const KernelSource& src, const std::string& arch) {
+    auto t0 = std::chrono::steady_clock::now();
+    BuiltKernel b = build_source(src, arch, disk());
+    auto kernel = std::make_shared<LoadedKernel>(src, b.cubin, arch, b.result.key);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    log::info("{} ready for {} in {:.2f} ms ({}{})", src.name, arch, ms,
+              b.result.cache_hit ? "disk hit" : "compiled in ",
+              b.result.cache_hit ? std::string() : fmt::format("{:.3f} s", b.result.compile_seconds));
+    return kernel;
+  }
+
+  RuntimeOptions opts_;
+  detail::SingleFlightCache<SpecOnDevice, Kernel> kernels_;
+  std::mutex props_mu_;
+  std::map<int, DeviceProps> props_;
+};
+
+}  // namespace
+
+Runtime& Runtime::global() {
+  // Leaked on purpose: unloading modules during static destruction races the driver's own teardown.
+  static Runtime* rt = new RuntimeImpl(RuntimeOptions{});
+  return *rt;
+}
+
+std::unique_ptr<Runtime> Runtime::create(RuntimeOptions options) {
+  return std::make_unique<RuntimeImpl>(std::move(options));
+}
+
+}  // namespace mlajit

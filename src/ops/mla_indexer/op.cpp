@@ -1,0 +1,247 @@
+// ops::mla_indexer (SPEC §2): validates every view against the params before it touches the
+// runtime, then runs the query rows in chunks: per chunk one scores launch (fp8 wgmma on sm_90a,
+// f32 FMA elsewhere) that fills the workspace with the chunk's score rows, and one top-k launch
+// that reduces each row to its top-k positions.
+//
+// Workspace bound: score rows are score_row_stride = round_up(max(max_keys_per_seq, 1), 4) floats;
+// mla_indexer_workspace_bytes() sizes a chunk to as many rows as fit in kWorkspaceCapBytes (at
+// least one row, a multiple of 16 rows when more than 16 fit, never more than the tokens):
+//   min(T, chunk_rows) * score_row_stride * 4 bytes  <=  max(kWorkspaceCapBytes, one row)
+// instead of a full [T, max_keys] matrix (which is 2 GiB at 4096 tokens x 128K keys). A smaller
+// workspace (at least one score row) also works: the chunks then hold as many rows as it fits.
+#include <algorithm>
+#include <cstdint>
+
+#include <fmt/format.h>
+
+#include "mla_indexer/args.h"
+#include "ops/mla_indexer/plan.hpp"
+#include "mlajit/error.hpp"
+#include "mlajit/ops.hpp"
+#include "mlajit/runtime.hpp"
+#include "ops/tuning.hpp"
+#include "ops/mla_indexer/stages.hpp"
+
+namespace mlajit::ops {
+
+namespace {
+
+constexpr int64_t kWorkspaceCapBytes = int64_t{128} << 20;
+constexpr int kDepth = 128;
+
+struct Chunking {
+  int64_t row_stride = 0;  // floats per score row
+  int64_t chunk_rows = 0;  // rows per chunk (>= 1 when T >= 1)
+  size_t bytes = 0;
+};
+
+Chunking chunking(int64_t total_tokens, int64_t max_keys) {
+  Chunking c;
+  c.row_stride = (std::max<int64_t>(max_keys, 1) + 3) / 4 * 4;
+  const int64_t row_bytes = c.row_stride * 4;
+  int64_t rows = std::max<int64_t>(1, kWorkspaceCapBytes / row_bytes);
+  if (rows > 16) rows = rows / 16 * 16;
+  c.chunk_rows = std::min(rows, std::max<int64_t>(total_tokens, 0));
+  c.bytes = static_cast<size_t>(c.chunk_rows * row_bytes);
+  return c;
+}
+
+
+}  // namespace
+
+size_t mla_indexer_workspace_bytes(const MlaIndexerParams& p, int64_t total_tokens, int64_t max_keys_per_seq) {
+  p.validate();
+  MLAJIT_EXPECT(total_tokens >= 0, "total_tokens", total_tokens, "a non-negative count");
+  MLAJIT_EXPECT(max_keys_per_seq >= 0 && max_keys_per_seq < (int64_t{1} << 31), "max_keys_per_seq", max_keys_per_seq,
+                "an integer in [0, 2^31)");
+  return chunking(total_tokens, max_keys_per_seq).bytes;
+}
+
+namespace detail {
+
+void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const TensorView& qs,
+                     const TensorView& input_row_offsets, const PagedCacheView& kc, int layer_idx,
+                     int64_t max_keys_per_seq, const TensorView& out, const TensorView& workspace, Stream stream,
+                     unsigned stages) {
+  // ---- validation: everything is checked before the runtime is touched ----
+  const indexer::Layout lay = indexer::layout(p);
+  const int H = p.num_heads;
+  expect_dtype(q, DType::fp8_e4m3, "q");
+  expect_ndim(q, 3, "q");
+  const int64_t T = q.size(0);
+  expect_dim(q, 1, H, "q");
+  expect_dim(q, 2, kDepth, "q");
+  expect_contiguous(q, "q");
+  expect_nonnull(q, "q");
+  expect_aligned(q, 16, "q");
+
+  expect_dtype(qs, DType::f32, "qs");
+  expect_ndim(qs, 2, "qs");
+  expect_dim(qs, 0, T, "qs");
+  expect_dim(qs, 1, H, "qs");
+  expect_contiguous(qs, "qs");
+  expect_nonnull(qs, "qs");
+
+  expect_dtype(input_row_offsets, DType::u32, "input_row_offsets");
+  expect_ndim(input_row_offsets, 1, "input_row_offsets");
+  MLAJIT_EXPECT(input_row_offsets.size(0) >= 2, "input_row_offsets shape[0]", input_row_offsets.size(0),
+                "batch + 1 >= 2");
+  const int64_t B = input_row_offsets.size(0) - 1;
+  expect_contiguous(input_row_offsets, "input_row_offsets");
+  expect_nonnull(input_row_offsets, "input_row_offsets");
+
+  expect_dtype(kc.blocks, DType::fp8_e4m3, "k_cache.blocks");
+  expect_ndim(kc.blocks, 6, "k_cache.blocks");
+  const int64_t num_blocks = kc.blocks.size(0);
+  MLAJIT_EXPECT(num_blocks >= 1, "k_cache.blocks shape[0] (num_blocks)", num_blocks, ">= 1");
+  expect_dim(kc.blocks, 1, 1, "k_cache.blocks (kv_dim: is_mla)");
+  const int64_t num_layers = kc.blocks.size(2);
+  MLAJIT_EXPECT(num_layers >= 1, "k_cache.blocks shape[2] (num_layers)", num_layers, ">= 1");
+  expect_dim(kc.blocks, 3, p.page_size, "k_cache.blocks (page_size)");
+  expect_dim(kc.blocks, 4, 1, "k_cache.blocks (num_heads)");
+  expect_dim(kc.blocks, 5, kDepth, "k_cache.blocks (head_size = depth)");
+  expect_contiguous(kc.blocks, "k_cache.blocks");
+  expect_nonnull(kc.blocks, "k_cache.blocks");
+  expect_aligned(kc.blocks, 16, "k_cache.blocks");
+
+  // SPEC §1 kv_scales_view with num_heads 1: one scale per token since granularity >= depth.
+  const int64_t hdg = (kDepth + p.quantization_granularity - 1) / p.quantization_granularity;
+  expect_dtype(kc.scales, DType::f32, "k_cache.scales");
+  expect_ndim(kc.scales, 6, "k_cache.scales");
+  expect_dim(kc.scales, 0, num_blocks, "k_cache.scales (num_blocks)");
+  expect_dim(kc.scales, 1, 1, "k_cache.scales (kv_dim: is_mla)");
+  expect_dim(kc.scales, 2, num_layers, "k_cache.scales (num_layers)");
+  expect_dim(kc.scales, 3, p.page_size, "k_cache.scales (page_size)");
+  expect_dim(kc.scales, 4, 1, "k_cache.scales (num_heads)");
+  expect_dim(kc.scales, 5, hdg, "k_cache.scales (head_dim_granularity)");
+  expect_contiguous(kc.scales, "k_cache.scales");
+  expect_nonnull(kc.scales, "k_cache.scales");
+
+  expect_dtype(kc.lookup_table, DType::u32, "k_cache.lookup_table");
+  expect_ndim(kc.lookup_table, 2, "k_cache.lookup_table");
+  expect_dim(kc.lookup_table, 0, B, "k_cache.lookup_table (batch)");
+  const int64_t pages_per_seq = kc.lookup_table.size(1);
+  expect_contiguous(kc.lookup_table, "k_cache.lookup_table");
+  expect_nonnull(kc.lookup_table, "k_cache.lookup_table");
+
+  expect_dtype(kc.cache_lengths, DType::u32, "k_cache.cache_lengths");
+  expect_ndim(kc.cache_lengths, 1, "k_cache.cache_lengths");
+  expect_dim(kc.cache_lengths, 0, B, "k_cache.cache_lengths (batch)");
+  expect_contiguous(kc.cache_lengths, "k_cache.cache_lengths");
+  expect_nonnull(kc.cache_lengths, "k_cache.cache_lengths");
+
+  MLAJIT_EXPECT(layer_idx >= 0 && layer_idx < num_layers, "layer_idx", layer_idx,
+                fmt::format("an integer in [0, num_layers={})", num_layers));
+  MLAJIT_EXPECT(max_keys_per_seq >= 0 && max_keys_per_seq < (int64_t{1} << 31), "max_keys_per_seq",
+                max_keys_per_seq, "an integer in [0, 2^31): the bound on cache_length + new tokens of every sequence");
+  MLAJIT_EXPECT(B < (int64_t{1} << 31), "batch", B, "< 2^31");
+
+  expect_dtype(out, DType::i32, "out");
+  expect_ndim(out, 2, "out");
+  expect_dim(out, 0, T, "out");
+  expect_dim(out, 1, p.top_k, "out (top_k)");
+  expect_contiguous(out, "out");
+  expect_nonnull(out, "out");
+
+  Chunking ch = chunking(T, max_keys_per_seq);
+  const size_t ws_have = workspace.empty() ? 0 : static_cast<size_t>(workspace.numel()) * dtype_size(workspace.dtype);
+  const size_t row_bytes = static_cast<size_t>(ch.row_stride) * 4;
+  if (T > 0 && ws_have < row_bytes)
+    throw_invalid("workspace size", fmt::format("{} bytes", ws_have),
+                  fmt::format("at least one score row ({} bytes); mla_indexer_workspace_bytes(...) = {} bytes "
+                              "runs the fewest chunks",
+                              row_bytes, ch.bytes));
+  expect_aligned(workspace, 16, "workspace");
+  if (T == 0) return;
+  ch.chunk_rows = std::min<int64_t>(ch.chunk_rows, static_cast<int64_t>(ws_have / row_bytes));
+
+  // ---- launch ----
+  Runtime& rt = Runtime::global();
+  const auto kernel = rt.get(KernelSpec{p});
+  const bool sm90 = rt.arch() == "sm_90a" && !(stages & kIndexerForcePortable);
+  const int sms = std::max(1, rt.sm_count());
+
+  MlaIndexerScoresArgs sa{};
+  sa.q = static_cast<const unsigned char*>(q.data);
+  sa.qs = static_cast<const float*>(qs.data);
+  sa.input_row_offsets = static_cast<const unsigned*>(input_row_offsets.data);
+  sa.k_blocks = static_cast<const unsigned char*>(kc.blocks.data);
+  sa.k_scales = static_cast<const float*>(kc.scales.data);
+  sa.lookup_table = static_cast<const unsigned*>(kc.lookup_table.data);
+  sa.cache_lengths = static_cast<const unsigned*>(kc.cache_lengths.data);
+  sa.scores = static_cast<float*>(workspace.data);
+  sa.num_tokens = T;
+  sa.score_row_stride = ch.row_stride;
+  sa.max_keys = max_keys_per_seq;
+  sa.num_blocks = num_blocks;
+  sa.pages_per_seq = pages_per_seq;
+  sa.block_row_stride = num_layers * p.page_size;
+  sa.layer_row_offset = static_cast<int64_t>(layer_idx) * p.page_size;
+  sa.batch = static_cast<int>(B);
+  sa.scale_row_stride = static_cast<int>(hdg);
+
+  MlaIndexerTopkArgs ta{};
+  ta.scores = sa.scores;
+  ta.input_row_offsets = sa.input_row_offsets;
+  ta.cache_lengths = sa.cache_lengths;
+  ta.lookup_table = sa.lookup_table;
+  ta.out = static_cast<int*>(out.data);
+  ta.num_tokens = T;
+  ta.score_row_stride = ch.row_stride;
+  ta.max_keys = max_keys_per_seq;
+  ta.num_blocks = num_blocks;
+  ta.pages_per_seq = pages_per_seq;
+  ta.batch = static_cast<int>(B);
+
+  const int64_t tiles = (max_keys_per_seq + lay.sm90_tile_keys - 1) / lay.sm90_tile_keys;
+  for (int64_t row0 = 0; row0 < T; row0 += ch.chunk_rows) {
+    const int64_t rows = std::min(ch.chunk_rows, T - row0);
+    sa.chunk_row_begin = ta.chunk_row_begin = row0;
+    sa.chunk_rows = ta.chunk_rows = rows;
+    if ((stages & kIndexerScores) && max_keys_per_seq > 0) {
+      LaunchDims d;
+      if (sm90) {
+        // Enough CTAs for several waves, but at least 16 tiles (1024 keys) per CTA so the Q load
+        // of a CTA is amortized.
+        const int64_t qblocks = (rows + lay.sm90_block_q - 1) / lay.sm90_block_q;
+        int64_t splits = (8 * int64_t{sms} + qblocks - 1) / qblocks;
+        splits = std::max<int64_t>(1, std::min(splits, (tiles + 15) / 16));
+        const int64_t tiles_per_split = (tiles + splits - 1) / splits;
+        sa.keys_per_split = static_cast<int>(tiles_per_split * lay.sm90_tile_keys);
+        d.grid[0] = static_cast<unsigned>(qblocks);
+        d.grid[1] = static_cast<unsigned>((tiles + tiles_per_split - 1) / tiles_per_split);
+        d.block[0] = static_cast<unsigned>(lay.sm90_threads);
+        d.smem_bytes = lay.sm90_smem_bytes;
+        kernel->launch(0, d, stream, sa);
+      } else {
+        sa.keys_per_split = lay.portable_keys_per_split;
+        d.grid[0] = static_cast<unsigned>(rows);
+        d.grid[1] = static_cast<unsigned>((max_keys_per_seq + sa.keys_per_split - 1) / sa.keys_per_split);
+        d.block[0] = static_cast<unsigned>(lay.portable_threads);
+        d.smem_bytes = lay.portable_smem_bytes;
+        kernel->launch(1, d, stream, sa);
+      }
+    }
+    if (stages & kIndexerTopk) {
+      LaunchDims d;
+      d.grid[0] = static_cast<unsigned>(rows);
+      d.block[0] = static_cast<unsigned>(lay.topk_threads);
+      d.smem_bytes = lay.topk_smem_bytes;
+      kernel->launch(2, d, stream, ta);
+    }
+  }
+}
+
+}  // namespace detail
+
+void mla_indexer(const MlaIndexerParams& requested, const TensorView& q, const TensorView& qs,
+                 const TensorView& input_row_offsets, const PagedCacheView& k_cache, int layer_idx,
+                 int64_t max_keys_per_seq, const TensorView& out, const TensorView& workspace, Stream stream) {
+  requested.validate();
+  const MlaIndexerParams p = tuned_or_heuristic(
+      requested, autotune::bucket_mla_indexer(dim_or_zero(q, 0), dim_or_zero(input_row_offsets, 0) - 1, max_keys_per_seq));
+  detail::mla_indexer_run(p, q, qs, input_row_offsets, k_cache, layer_idx, max_keys_per_seq, out, workspace, stream,
+                          detail::kIndexerScores | detail::kIndexerTopk);
+}
+
+}  // namespace mlajit::ops

@@ -1,0 +1,62 @@
+#pragma once
+// Host-side mirror of the mla_indexer kernels' launch shapes and shared-memory sizes (the
+// templates mla_indexer/scores_sm90.cuh, mla_indexer/scores_portable.cuh, common/topk_radix.cuh).
+// The generated source static_asserts that both sides agree, so a change on one side that is not
+// made on the other fails the NVRTC compile instead of launching with the wrong size.
+#include <fmt/format.h>
+
+#include "mlajit/error.hpp"
+#include "mlajit/params.hpp"
+
+namespace mlajit::indexer {
+
+struct Layout {
+  int page_shift = 0;
+  int stages = 0;             // sm90 K-tile ring depth
+  int sm90_threads = 288;     // 2 consumer warpgroups + 1 producer warp
+  int sm90_block_q = 0;       // query tokens per CTA: 2 warpgroups x (256 / H)
+  int sm90_tile_keys = 64;    // keys per MMA tile (M of the wgmma)
+  unsigned sm90_smem_bytes = 0;
+  int portable_threads = 256;
+  int portable_keys_per_split = 1024;
+  unsigned portable_smem_bytes = 0;
+  int topk_threads = 512;
+  int topk_candidates = 4096;
+  unsigned topk_smem_bytes = 0;
+};
+
+inline int pow2_ceil(int x) {
+  int p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+// Validates the tiling knobs against the one tile shape the kernels implement and fills the sizes.
+inline Layout layout(const MlaIndexerParams& p) {
+  p.validate();
+  Layout l;
+  while ((1 << l.page_shift) < p.page_size) ++l.page_shift;
+  l.sm90_block_q = 2 * (256 / p.num_heads);
+  MLAJIT_EXPECT(p.block_q == 0 || p.block_q == l.sm90_block_q, "params.block_q", p.block_q,
+                fmt::format("0 or {} (query tokens per CTA for num_heads {}: 2 warpgroups x 256/num_heads)",
+                            l.sm90_block_q, p.num_heads));
+  MLAJIT_EXPECT(p.block_kv == 0 || p.block_kv == 64, "params.block_kv", p.block_kv,
+                "0 or 64 (keys per wgmma tile)");
+  MLAJIT_EXPECT(p.num_stages == 0 || (p.num_stages >= 2 && p.num_stages <= 8), "params.num_stages", p.num_stages,
+                "0 (heuristic: 6) or 2..8 (K-tile ring depth)");
+  l.stages = p.num_stages == 0 ? 6 : p.num_stages;
+  const unsigned q_bytes = static_cast<unsigned>(l.sm90_block_q * p.num_heads * 128);
+  const unsigned off_kscale = q_bytes + l.stages * 64u * 128u;
+  const unsigned off_w = off_kscale + l.stages * 64u * 4u;
+  // Weights: per token slot 4 quads x (H/4 + 4) floats (padded against bank conflicts).
+  const unsigned off_bar = off_w + static_cast<unsigned>(l.sm90_block_q * (p.num_heads + 16) * 4);
+  l.sm90_smem_bytes = off_bar + l.stages * 16u + 1024u;
+  l.portable_smem_bytes = static_cast<unsigned>((p.num_heads * 128 + p.num_heads) * 4);
+  // RadixTopK::Smem: hist u32[4096], sel u64[pow2(k)], cand u64[4096], scan u32[17], 3 x u32.
+  l.topk_smem_bytes = static_cast<unsigned>(4096 * 4 + 8 * pow2_ceil(p.top_k) + 8 * l.topk_candidates +
+                                            4 * (l.topk_threads / 32 + 1) + 12);
+  l.topk_smem_bytes = (l.topk_smem_bytes + 7u) & ~7u;
+  return l;
+}
+
+}  // namespace mlajit::indexer

@@ -1,0 +1,27 @@
+#pragma once
+// Internal entry of ops::mla_indexer that can run its two stages separately, so that the
+// benchmark (src/ops/mla_indexer/bench.cpp) times the scores and the top-k stage on their own.
+// Not part of the public API.
+#include <cstdint>
+
+#include "mlajit/ops.hpp"
+
+namespace mlajit::ops::detail {
+
+enum IndexerStage : unsigned {
+  kIndexerScores = 1u,
+  kIndexerTopk = 2u,
+  // Use the portable (FMA) scores entry even on sm_90a, so that the GPU tests cover the path
+  // that sm_80/sm_89 devices run.
+  kIndexerForcePortable = 4u,
+};
+
+// Same contract as ops::mla_indexer; `stages` is a mask of IndexerStage. Running only the top-k
+// stage reads whatever the workspace holds (the benchmark runs the scores stage first); with more
+// than one chunk only the last chunk's scores are still there, so only the timing is meaningful.
+void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const TensorView& qs,
+                     const TensorView& input_row_offsets, const PagedCacheView& k_cache, int layer_idx,
+                     int64_t max_keys_per_seq, const TensorView& out, const TensorView& workspace, Stream stream,
+                     unsigned stages);
+
+}  // namespace mlajit::ops::detail

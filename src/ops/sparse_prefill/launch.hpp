@@ -1,0 +1,45 @@
+#pragma once
+// The layers under ops::sparse_prefill, exposed inside mlajit for the tests and the benchmark:
+// argument validation (every view against the params, before any runtime or driver call), kernel
+// argument construction, path choice, and the launch of one specific entry.
+#include <string>
+#include <string_view>
+
+#include "mlajit/ops.hpp"
+#include "mlajit/runtime.hpp"
+#include "sparse_prefill/args.h"
+
+namespace mlajit::sparse_prefill {
+
+// Which kernel runs. automatic: the Hopper kernel on sm_90a where it covers the spec and is the
+// better choice (sm90_preferred), else the portable one. sm80 / sm90 force an entry (sm90 fails
+// clearly where it is unavailable).
+enum class Path { automatic, sm80, sm90 };
+const char* path_name(Path p);
+Path parse_path(std::string_view name, const std::string& field = "path");
+
+// Checks every view against `p` (errors name the argument, the value and what was expected) and
+// returns the kernel arguments. topk_lengths values larger than indices_stride are clamped to it
+// by the kernels (a row never reads past its own indices). kv.lookup_table and kv.cache_lengths
+// are not used: the indices are already encoded (SPEC §1 sparse_index_remap).
+SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCacheView& kv,
+                            const TensorView& indices, const TensorView& topk_lengths, int layer_idx,
+                            float softmax_scale, const TensorView& attn_sink, const TensorView& out,
+                            const TensorView& lse);
+
+// Whether entry `path` (sm80 | sm90) exists for p and runs on a device of target `arch`.
+bool path_available(const SparsePrefillParams& p, const std::string& arch, Path path);
+// The path that runs for `requested` on a device of target `arch` (e.g. "sm_90a"); automatic:
+// sm90 where available and preferred (ops/sparse_prefill/plan.hpp: sm90_preferred), else sm80.
+Path resolve_path(const SparsePrefillParams& p, const std::string& arch, Path requested);
+
+// Launches entry `path` (sm80 | sm90) of `kernel` (built from `p`) over args.num_tokens tokens.
+void launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, const SparsePrefillArgs& args,
+            Stream stream);
+
+// make_args + resolve_path + Runtime::global().get + launch: ops::sparse_prefill with a path.
+void run(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCacheView& kv, const TensorView& indices,
+         const TensorView& topk_lengths, int layer_idx, float softmax_scale, const TensorView& attn_sink,
+         const TensorView& out, const TensorView& lse, Path path, Stream stream);
+
+}  // namespace mlajit::sparse_prefill

@@ -1,0 +1,230 @@
+// Host entry point of sparse_prefill (SPEC §3): validates the params and every tensor view BEFORE
+// touching the runtime (bad arguments fail the same way with or without a GPU), builds the kernel
+// argument struct (templates/sparse_prefill/args.h), picks the entry (Hopper wgmma kernel on
+// sm_90a where it covers the spec, else the portable mma.sync kernel) and launches it with the
+// geometry of ops/sparse_prefill/plan.hpp.
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "mlajit/error.hpp"
+#include "mlajit/ops.hpp"
+#include "mlajit/runtime.hpp"
+#include "ops/tuning.hpp"
+#include "ops/sparse_prefill/launch.hpp"
+#include "ops/sparse_prefill/plan.hpp"
+
+namespace mlajit {
+
+namespace sparse_prefill {
+
+namespace {
+
+constexpr int kQkDepth = 576;
+constexpr int kVDepth = 512;
+
+void expect_absent(const TensorView& t, const char* what, const char* why) {
+  if (!t.empty()) throw_invalid(what, t.describe(), fmt::format("an empty view ({})", why));
+}
+
+}  // namespace
+
+const char* path_name(Path p) {
+  switch (p) {
+    case Path::automatic: return "auto";
+    case Path::sm80: return "sm80";
+    case Path::sm90: return "sm90";
+  }
+  return "?";
+}
+
+Path parse_path(std::string_view name, const std::string& field) {
+  if (name == "auto") return Path::automatic;
+  if (name == "sm80") return Path::sm80;
+  if (name == "sm90") return Path::sm90;
+  throw_invalid(field, fmt::format("\"{}\"", name), "auto | sm80 | sm90");
+}
+
+SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCacheView& kv,
+                            const TensorView& indices, const TensorView& topk_lengths, int layer_idx,
+                            float softmax_scale, const TensorView& attn_sink, const TensorView& out,
+                            const TensorView& lse) {
+  p.validate();
+  const int64_t H = p.num_q_heads;
+
+  // q bf16 [T, H, 576]: T comes from here.
+  expect_dtype(q, DType::bf16, "q");
+  expect_ndim(q, 3, "q");
+  const int64_t T = q.shape[0];
+  expect_dim(q, 1, H, "q");
+  expect_dim(q, 2, kQkDepth, "q");
+  expect_contiguous(q, "q");
+  expect_nonnull(q, "q");
+  expect_aligned(q, 16, "q");
+
+  // The latent cache: blocks [num_blocks, 1, num_layers, page_size, 1, 576] of kv_dtype.
+  const TensorView& blocks = kv.blocks;
+  expect_dtype(blocks, p.kv_dtype, "kv.blocks");
+  expect_ndim(blocks, 6, "kv.blocks");
+  const int64_t num_blocks = blocks.shape[0];
+  MLAJIT_EXPECT(num_blocks >= 1, "kv.blocks dim 0 (num_blocks)", num_blocks, "at least 1 block");
+  expect_dim(blocks, 1, 1, "kv.blocks");  // is_mla: kv_dim 1
+  const int64_t num_layers = blocks.shape[2];
+  MLAJIT_EXPECT(num_layers >= 1, "kv.blocks dim 2 (num_layers)", num_layers, "at least 1 layer");
+  expect_dim(blocks, 3, p.page_size, "kv.blocks");
+  expect_dim(blocks, 4, 1, "kv.blocks");  // one latent head
+  expect_dim(blocks, 5, kQkDepth, "kv.blocks");
+  expect_contiguous(blocks, "kv.blocks");
+  expect_nonnull(blocks, "kv.blocks");
+  expect_aligned(blocks, 16, "kv.blocks");
+
+  const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
+  if (fp8 && p.scale_block_size > 0) {
+    expect_tensor(kv.scales, DType::f32, {num_blocks, 1, num_layers, p.page_size, 1, p.scales_per_token()},
+                  "kv.scales");
+    expect_aligned(kv.scales, 4, "kv.scales");
+  } else {
+    expect_absent(kv.scales, "kv.scales",
+                  fp8 ? "scale_block_size 0 means unit scales" : "a bf16 cache has no scales");
+  }
+
+  MLAJIT_EXPECT(layer_idx >= 0 && layer_idx < num_layers, "layer_idx", layer_idx,
+                fmt::format("an integer in [0, num_layers={})", num_layers));
+  MLAJIT_EXPECT(std::isfinite(softmax_scale), "softmax_scale", softmax_scale, "a finite number");
+
+  // indices u32 [T, stride], stride a positive multiple of b_topk.
+  expect_dtype(indices, DType::u32, "indices");
+  expect_ndim(indices, 2, "indices");
+  expect_dim(indices, 0, T, "indices");
+  const int64_t stride = indices.shape[1];
+  MLAJIT_EXPECT(stride > 0 && stride % p.b_topk == 0 && stride <= INT_MAX, "indices dim 1 (indices_stride)", stride,
+                fmt::format("a positive multiple of b_topk={} (at most 2^31 - 1)", p.b_topk));
+  expect_contiguous(indices, "indices");
+  expect_nonnull(indices, "indices");
+  expect_aligned(indices, 4, "indices");
+
+  expect_tensor(topk_lengths, DType::u32, {T}, "topk_lengths");
+  expect_aligned(topk_lengths, 4, "topk_lengths");
+
+  if (p.attn_sink) {
+    MLAJIT_EXPECT(attn_sink.ndim > 0, "attn_sink", "no tensor", fmt::format("f32[{}] (params.attn_sink is true)", H));
+    expect_tensor(attn_sink, DType::f32, {H}, "attn_sink");
+    expect_aligned(attn_sink, 4, "attn_sink");
+  } else {
+    expect_absent(attn_sink, "attn_sink", "params.attn_sink is false");
+  }
+
+  expect_tensor(out, DType::bf16, {T, H, kVDepth}, "out");
+  expect_aligned(out, 16, "out");
+  if (p.emit_lse) {
+    MLAJIT_EXPECT(lse.ndim > 0, "lse", "no tensor", fmt::format("f32[{}, {}] (params.emit_lse is true)", T, H));
+    expect_tensor(lse, DType::f32, {T, H}, "lse");
+    expect_aligned(lse, 4, "lse");
+  } else {
+    expect_absent(lse, "lse", "params.emit_lse is false");
+  }
+
+  SparsePrefillArgs a{};
+  a.q = q.data;
+  a.kv_blocks = blocks.data;
+  a.kv_scales = fp8 && p.scale_block_size > 0 ? static_cast<const float*>(kv.scales.data) : nullptr;
+  a.indices = static_cast<const unsigned*>(indices.data);
+  a.topk_lengths = static_cast<const unsigned*>(topk_lengths.data);
+  a.attn_sink = p.attn_sink ? static_cast<const float*>(attn_sink.data) : nullptr;
+  a.out = out.data;
+  a.lse = p.emit_lse ? static_cast<float*>(lse.data) : nullptr;
+  a.num_tokens = T;
+  a.indices_stride = stride;
+  a.row_stride = num_layers * p.page_size;  // kv_dim (1) * num_layers * page_size
+  a.num_kv_rows = (num_blocks - 1) * a.row_stride + p.page_size;
+  a.layer_row_offset = static_cast<long long>(layer_idx) * p.page_size;
+  a.sm_scale = softmax_scale;
+  a.sm_scale_log2e = static_cast<float>(static_cast<double>(softmax_scale) * 1.4426950408889634);
+  return a;
+}
+
+bool path_available(const SparsePrefillParams& p, const std::string& arch, Path path) {
+  switch (path) {
+    case Path::automatic:
+    case Path::sm80: return true;
+    case Path::sm90: return arch == "sm_90a" && sm90_supported(p);
+  }
+  return false;
+}
+
+Path resolve_path(const SparsePrefillParams& p, const std::string& arch, Path requested) {
+  switch (requested) {
+    case Path::automatic:
+      return path_available(p, arch, Path::sm90) && sm90_preferred(p) ? Path::sm90 : Path::sm80;
+    case Path::sm80: return Path::sm80;
+    case Path::sm90:
+      if (arch != "sm_90a") throw_invalid("sparse_prefill path sm90: device arch", arch, "sm_90a");
+      if (!sm90_supported(p))
+        throw_invalid("sparse_prefill path sm90: params", KernelSpec{p}.name(),
+                      "num_stages 0 or 2 (the sm90 kernel has a two-stage K ring)");
+      return Path::sm90;
+  }
+  return Path::sm80;
+}
+
+void launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, const SparsePrefillArgs& args,
+            Stream stream) {
+  if (args.num_tokens == 0) return;
+  LaunchDims d;
+  int entry;
+  int64_t ctas;
+  if (path == Path::sm90) {
+    const Sm90Plan plan = sm90_plan(p);
+    entry = kEntrySm90;
+    ctas = args.num_tokens * plan.head_tiles;
+    d.block[0] = static_cast<unsigned>(plan.threads);
+    d.smem_bytes = static_cast<unsigned>(plan.smem_bytes);
+  } else {
+    const Sm80Plan plan = sm80_plan(p);
+    entry = kEntrySm80;
+    ctas = args.num_tokens * plan.head_tiles;
+    d.block[0] = static_cast<unsigned>(plan.threads);
+    d.smem_bytes = static_cast<unsigned>(plan.smem_bytes);
+  }
+  MLAJIT_EXPECT(ctas <= INT_MAX, "q dim 0 (tokens)", args.num_tokens,
+                fmt::format("at most {} tokens per launch", INT_MAX / (ctas / args.num_tokens)));
+  d.grid[0] = static_cast<unsigned>(ctas);
+  kernel.launch(entry, d, stream, args);
+}
+
+void run(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCacheView& kv, const TensorView& indices,
+         const TensorView& topk_lengths, int layer_idx, float softmax_scale, const TensorView& attn_sink,
+         const TensorView& out, const TensorView& lse, Path path, Stream stream) {
+  const SparsePrefillArgs args =
+      make_args(p, q, kv, indices, topk_lengths, layer_idx, softmax_scale, attn_sink, out, lse);
+  if (args.num_tokens == 0) return;  // nothing to compute: no compile, no launch
+  Runtime& rt = Runtime::global();
+  Path chosen = resolve_path(p, rt.arch(), path);
+  // The wgmma kernel takes its running max over scaled scores starting from a finite floor, which
+  // needs scale >= 0; a negative scale (legal in SPEC §3) runs on the portable kernel.
+  if (chosen == Path::sm90 && softmax_scale < 0.f) {
+    if (path == Path::sm90)
+      throw_invalid("softmax_scale (sm90 path)", softmax_scale, ">= 0 on the sm90 kernel (the sm80 path takes any)");
+    chosen = Path::sm80;
+  }
+  auto kernel = rt.get(KernelSpec{p});
+  launch(*kernel, p, chosen, args, stream);
+}
+
+}  // namespace sparse_prefill
+
+namespace ops {
+
+void sparse_prefill(const SparsePrefillParams& requested, const TensorView& q, const PagedCacheView& kv,
+                    const TensorView& indices, const TensorView& topk_lengths, int layer_idx, float softmax_scale,
+                    const TensorView& attn_sink, const TensorView& out, const TensorView& lse, Stream stream) {
+  requested.validate();
+  const SparsePrefillParams p = tuned_or_heuristic(
+      requested, autotune::bucket_sparse_prefill(dim_or_zero(q, 0), dim_or_zero(indices, 1)));
+  sparse_prefill::run(p, q, kv, indices, topk_lengths, layer_idx, softmax_scale, attn_sink, out, lse,
+                      sparse_prefill::Path::automatic, stream);
+}
+
+}  // namespace ops
+
+}  // namespace mlajit

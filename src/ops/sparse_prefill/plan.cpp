@@ -1,0 +1,84 @@
+// Tiling and launch geometry of the sparse_prefill kernels (see ops/sparse_prefill/plan.hpp).
+#include "ops/sparse_prefill/plan.hpp"
+
+#include "mlajit/error.hpp"
+
+namespace mlajit::sparse_prefill {
+
+namespace {
+
+int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+}  // namespace
+
+Sm80Plan sm80_plan(const SparsePrefillParams& p) {
+  Sm80Plan plan;
+  // As few CTAs per token as the 64-head limit of one CTA allows (each CTA re-gathers the token's
+  // keys), split evenly: 80 heads -> 2 x 48, 112 -> 2 x 64 (16 padding heads), 128 -> 2 x 64.
+  const int row_tiles = p.num_q_heads / 16;
+  plan.head_tiles = (row_tiles + 3) / 4;
+  plan.m_tiles = (row_tiles + plan.head_tiles - 1) / plan.head_tiles;
+  plan.heads_per_cta = 16 * plan.m_tiles;
+  plan.head_tiles = (p.num_q_heads + plan.heads_per_cta - 1) / plan.heads_per_cta;
+  plan.threads = 64 * plan.m_tiles;
+  // 64 keys per step halves the Q fragment re-reads of 32; the footprint (at most ~226 KB) needs
+  // the 227 KB opt-in of sm_90 / sm_100 class parts.
+  plan.key_tile = 64;
+
+  // Shared memory, region by region, exactly as templates/sparse_prefill/sm80.cuh Config lays it
+  // out (the generated source static_asserts the total).
+  const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
+  const int sbs = fp8 ? p.scale_block_size : 0;
+  const int spt = sbs > 0 ? 576 / sbs : 0;
+  const bool exact_scales = sbs > 0 && sbs % 16 == 0;
+  const int kt = plan.key_tile;
+  const int q_bytes = plan.heads_per_cta * 1152;
+  const int k_bytes = (fp8 ? 1 : 2) * kt * 1152;
+  const int stage_bytes = fp8 ? kt * 576 : 0;
+  const int scale_tile_bytes = exact_scales ? round_up(kt * spt * 4, 128) : 0;
+  const int p_bytes = plan.heads_per_cta * (kt * 2 + 16);
+  const int bias_bytes = 2 * kt * 4;
+  const int red_bytes = 4 * plan.heads_per_cta * 4;
+  plan.smem_bytes = q_bytes + k_bytes + stage_bytes + 2 * scale_tile_bytes + p_bytes + bias_bytes + red_bytes;
+  return plan;
+}
+
+// templates/sparse_prefill/sm90.cuh covers every valid spec with a two-stage K ring: heads
+// 16..128 (one or two CTAs per token), b_topk 64 | 128, bf16 or fp8 with any scale block. Other
+// pipeline depths (num_stages 1, 3, 4) exist only on the portable path.
+// The Hopper kernel has one pipeline depth, and its scale tiles need scale blocks of at least 16
+// elements (templates/sparse_prefill/sm90.cuh static_asserts this).
+bool sm90_supported(const SparsePrefillParams& p) {
+  const bool stages_ok = p.num_stages == 0 || p.num_stages == 2;
+  const bool scales_ok = p.kv_dtype != DType::fp8_e4m3 || p.scale_block_size == 0 || p.scale_block_size >= 16;
+  return stages_ok && scales_ok;
+}
+
+// Measured on an H200 (2026-11-21; s_q 4096, H 128, top-k 2048, s_kv 32K, b_topk 64; TFLOP/s):
+//   bf16:          sm90 450, sm80 241.
+//   fp8 sbs 0:     sm90 400, sm80 212.      fp8 sbs 576: sm90 370, sm80 209.
+//   fp8 sbs 64:    sm90 327, sm80 185; but the sm90 kernel rounds group scales to bf16 before
+//                  applying them, so its lse is off by up to ~5e-3 against the f64 reference
+//                  (the team's bar is 1e-4; sm80 applies them in f32: ~1e-6).
+// The Hopper kernel is therefore preferred everywhere except fp8 group scales (0 < sbs < 576),
+// which stay on the exact portable kernel until the Hopper kernel applies them in f32.
+bool sm90_preferred(const SparsePrefillParams& p) {
+  const bool group_scales = p.kv_dtype == DType::fp8_e4m3 && p.scale_block_size > 0 && p.scale_block_size < 576;
+  return !group_scales;
+}
+
+Sm90Plan sm90_plan(const SparsePrefillParams& p) {
+  if (!sm90_supported(p))
+    throw_error(ErrorKind::Internal, "sparse_prefill: the sm90 kernel has no num_stages {} variant", p.num_stages);
+  Sm90Plan plan;
+  plan.head_tiles = (p.num_q_heads + 63) / 64;  // Config::kCtasPerToken
+  plan.heads_per_cta = p.num_q_heads / plan.head_tiles;
+  plan.threads = 384;                           // two consumer warpgroups and a producer
+  plan.num_stages = 2;
+  // Config::kSmemBytes: bookkeeping (1856) + 1024 alignment slack + Q and two 64-key K stages
+  // (3 x 73728) + WG1's P tile (8192). The generated source static_asserts it.
+  plan.smem_bytes = 1856 + 1024 + 3 * 73728 + 8192;
+  return plan;
+}
+
+}  // namespace mlajit::sparse_prefill

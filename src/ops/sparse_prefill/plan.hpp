@@ -1,0 +1,47 @@
+#pragma once
+// Launch plan of sparse_prefill (SPEC §3): which kernel entries a spec's source holds, and the
+// tiling / launch geometry of each. The generator (ops/sparse_prefill/generate.cpp) emits the entries from
+// it and the op (ops/sparse_prefill/op.cpp) launches from it, so the two cannot drift apart; the
+// generated source also static_asserts the shared-memory size against the device-side Config.
+#include <string>
+
+#include "mlajit/params.hpp"
+
+namespace mlajit::sparse_prefill {
+
+// Entry indices in KernelSource::entries.
+constexpr int kEntrySm80 = 0;  // portable mma.sync path (always present)
+constexpr int kEntrySm90 = 1;  // Hopper wgmma path (present when sm90_supported(p))
+
+constexpr const char* kSymbolSm80 = "mlajit_sparse_prefill_sm80";
+constexpr const char* kSymbolSm90 = "mlajit_sparse_prefill_sm90";
+
+// The portable kernel (templates/sparse_prefill/sm80.cuh): one CTA per (token, head tile).
+struct Sm80Plan {
+  int m_tiles = 0;        // 16-head row tiles per CTA (1..4)
+  int heads_per_cta = 0;  // 16 * m_tiles; the last head tile may hold padding heads
+  int head_tiles = 0;     // CTAs per token
+  int key_tile = 0;       // keys per pipeline step (32 | 64); independent of b_topk
+  // The pipeline is fixed (bf16: two K buffers, ping-pong; fp8: one staging buffer converted at the
+  // top of each step), so params.num_stages does not change this kernel: it selects among the
+  // Hopper kernel's variants only.
+  int threads = 0;        // 64 * m_tiles (two warps per row tile)
+  int smem_bytes = 0;     // dynamic shared memory (must equal Config::kSmemBytes)
+};
+Sm80Plan sm80_plan(const SparsePrefillParams& p);
+
+// The Hopper kernel (templates/sparse_prefill/sm90.cuh), when the spec is one it covers.
+struct Sm90Plan {
+  int heads_per_cta = 0;
+  int head_tiles = 0;
+  int threads = 0;
+  int smem_bytes = 0;
+  int num_stages = 0;
+};
+bool sm90_supported(const SparsePrefillParams& p);
+// Where both kernels can run (sm_90a and sm90_supported), whether the automatic path takes the
+// Hopper one. A measured policy: see the numbers next to the definition.
+bool sm90_preferred(const SparsePrefillParams& p);
+Sm90Plan sm90_plan(const SparsePrefillParams& p);
+
+}  // namespace mlajit::sparse_prefill

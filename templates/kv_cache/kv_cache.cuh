@@ -1,0 +1,598 @@
+#pragma once
+// Paged KV cache kernels (SPEC §1): kv_cache_store, kv_cache_gather, sparse_index_remap.
+//
+// Store and gather are bandwidth-bound copies with a cast (and, for fp8, a per-group amax,
+// scale and quantization), specialized at compile time on dtypes, heads, head size, page size,
+// layers, kv_dim, granularity, scale format and block size.
+//
+// Work decomposition. A token's row of num_heads * head_size elements is cut into *segments*:
+// for an fp8 cache one segment per (head, group of g elements) — the unit that shares one scale —
+// otherwise the whole row. A segment is cut into *chunks* of kVec elements, each moved by one
+// vector instruction of up to 16 bytes. A *team* of kLanes lanes (a power of two <= 32, chosen to
+// leave the fewest lanes idle) owns a segment: lane l takes chunks l, l + kLanes, ..., so each
+// load instruction of a team covers kLanes * 16 contiguous bytes. An fp8 segment's amax is a
+// shuffle reduction inside its team. A thread keeps up to kHold chunks of each of kSegsPerThread
+// segments in registers, loading all of them before using any, so that enough bytes are in flight
+// per SM to saturate HBM.
+//
+// Store issues its input loads before the token -> sequence -> page -> block lookups (the loads
+// do not depend on them) so that the lookup latency overlaps the data transfer.
+#include "common/elem.cuh"
+#include "common/types.cuh"
+#include "common/vec.cuh"
+#include "kv_cache/args.h"
+#include "kv_cache/plan.h"
+
+namespace mj {
+namespace kv {
+
+template <class A, class B>
+struct same_type {
+  static constexpr bool value = false;
+};
+template <class A>
+struct same_type<A, A> {
+  static constexpr bool value = true;
+};
+
+// ---- small device helpers ------------------------------------------------------------------------
+
+MJ_DEVICE u32 load_ro(const unsigned* p) {
+  u32 v;
+  asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
+MJ_DEVICE float load_ro(const float* p) {
+  float v;
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  return v;
+}
+
+// IEEE round-to-nearest reciprocal (no flush of subnormals).
+MJ_DEVICE float rcp_rn(float x) {
+  float r;
+  asm("rcp.rn.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
+// Max over the kLanes lanes of a team (aligned groups of consecutive lanes). Every lane of the
+// warp must call it (full-mask shuffles); lanes outside live segments contribute their 0.
+template <int LANES>
+MJ_DEVICE float team_max(float v) {
+#pragma unroll
+  for (int o = LANES / 2; o >= 1; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// The sequence b with off[b] <= t < off[b + 1], or -1 when t is outside [off[0], off[batch]).
+// With empty sequences (equal offsets) the search lands on the non-empty one.
+MJ_DEVICE int find_sequence(const unsigned* off, int batch, u64 t) {
+  if (batch <= 0 || t < load_ro(off) || t >= load_ro(off + batch)) return -1;
+  int lo = 0, hi = batch;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (load_ro(off + mid) <= t) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// Row arithmetic of the cache (SPEC §1), specialized on the layout constants.
+template <int P, int L, int KV>
+struct CacheRows {
+  // Physical block and page offset of logical position `pos` of sequence `b`; false when the
+  // page is past the lookup table or the block id is >= num_blocks (the slot does not exist).
+  static MJ_DEVICE bool resolve(const unsigned* lut, int pages_per_seq, long long num_blocks, int b, u64 pos,
+                                u32& blk, u32& off) {
+    const u64 page = pos / P;
+    if (page >= static_cast<u64>(pages_per_seq)) return false;
+    blk = load_ro(lut + static_cast<u64>(b) * pages_per_seq + page);
+    if (static_cast<long long>(blk) >= num_blocks) return false;
+    off = static_cast<u32>(pos % P);
+    return true;
+  }
+  static MJ_DEVICE u64 row(u32 blk, int kv_idx, int layer_idx, u32 off) {
+    return ((static_cast<u64>(blk) * KV + kv_idx) * L + layer_idx) * P + off;
+  }
+};
+
+// ---- element vectors ---------------------------------------------------------------------------
+
+// kV elements of type T (packed in a Vec) -> f32.
+template <class T, int V>
+MJ_DEVICE void unpack(const Vec<V * T::kBytes>& v, float (&f)[V]) {
+  if constexpr (T::kBytes == 4) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) f[k] = __uint_as_float(v.w[k]);
+  } else if constexpr (V % 2 == 0) {
+#pragma unroll
+    for (int k = 0; k < V; k += 2) T::pair_to_f32(get_elem<2 * T::kBytes>(v, k / 2), f[k], f[k + 1]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) f[k] = T::to_f32(get_elem<T::kBytes>(v, k));
+  }
+}
+
+// f32 -> kV elements of type T, round to nearest even (fp8: satfinite).
+template <class T, int V>
+MJ_DEVICE Vec<V * T::kBytes> pack(const float (&f)[V]) {
+  Vec<V * T::kBytes> v;
+  clear(v);
+  if constexpr (T::kBytes == 4) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) v.w[k] = __float_as_uint(f[k]);
+  } else if constexpr (V % 2 == 0) {
+#pragma unroll
+    for (int k = 0; k < V; k += 2) or_elem<2 * T::kBytes>(v, k / 2, T::pair_from_f32(f[k], f[k + 1]));
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) or_elem<T::kBytes>(v, k, T::from_f32(f[k]));
+  }
+  return v;
+}
+
+// A Vec of kV elements of type T all set to T's NaN.
+template <class T, int V>
+MJ_DEVICE Vec<V * T::kBytes> nan_vec() {
+  Vec<V * T::kBytes> v;
+  clear(v);
+#pragma unroll
+  for (int k = 0; k < V; ++k) or_elem<T::kBytes>(v, k, T::kNaN);
+  return v;
+}
+
+// ---- fp8 quantization ----------------------------------------------------------------------------
+
+// Per-group scale s = max(amax, 1e-4f) / 448.0f, correctly rounded (IEEE f32 division) without a
+// division: with r = RN(1/448), q0 = RN(a * r), rem = a - q0 * 448 (exact in one fma) and
+// RN(q0 + rem * r) is RN(a / 448) for every f32 a >= 1e-4 (checked exhaustively; tests/unit
+// samples it). amax = inf gives inf. ue8m0 then rounds s UP to a power of two by clearing the
+// mantissa and carrying into the exponent (exact; inf stays inf).
+template <bool UE8M0>
+MJ_DEVICE float group_scale(float amax) {
+  const float a = fmaxf(amax, 1e-4f);
+  const float r448 = 2.23214285e-3f;  // RN(1/448) = 0x3B124925
+  const float q0 = a * r448;
+  const float rem = fmaf(-q0, 448.0f, a);
+  float s = (q0 == __uint_as_float(0x7F800000u)) ? q0 : fmaf(rem, r448, q0);
+  if constexpr (UE8M0) {
+    u32 b = __float_as_uint(s);
+    if (b & 0x007FFFFFu) b = (b & 0xFF800000u) + 0x00800000u;
+    s = __uint_as_float(b);
+  }
+  return s;
+}
+
+// x -> x / s correctly rounded (IEEE f32 division), for the s of one group. ue8m0: s is a power of
+// two, so x * (1/s) is exact (1/s from the exponent bits). fp32: one Markstein correction: with
+// r = RN(1/s), q0 = RN(x * r) is within an ulp of x / s, rem = x - q0 * s is exact in one fma, and
+// RN(q0 + rem * r) is the correctly rounded quotient (for every s >= 2^-23, which the scale formula
+// guarantees; subnormal x may differ in the last f32 bit, far below the smallest e4m3 step;
+// tests/unit checks the identity). The quotient takes x's sign bit, which keeps -0 / s = -0.
+// s = inf (an infinite input in the group) uses r = 0 and s_fma = 0: x / inf = +-0, inf / inf = NaN.
+template <bool UE8M0>
+struct GroupQuantizer {
+  float r;      // RN(1 / s), 0 for s = inf
+  float s_fma;  // s, 0 for s = inf (keeps 0 * inf out of the remainder)
+
+  static MJ_DEVICE GroupQuantizer make(float s) {
+    GroupQuantizer g;
+    const bool inf = __float_as_uint(s) == 0x7F800000u;
+    if constexpr (UE8M0) {
+      g.r = inf ? 0.0f : __uint_as_float(0x7F000000u - __float_as_uint(s));  // 2^-k for s = 2^k
+      g.s_fma = 0.0f;
+    } else {
+      g.r = inf ? 0.0f : rcp_rn(s);
+      g.s_fma = inf ? 0.0f : s;
+    }
+    return g;
+  }
+  MJ_DEVICE float operator()(float x) const {
+    if constexpr (UE8M0) {
+      return x * r;
+    } else {
+      const float q0 = x * r;
+      const float rem = fmaf(-q0, s_fma, x);
+      const float q = fmaf(rem, r, q0);
+      return __uint_as_float((__float_as_uint(q) & 0x7FFFFFFFu) | (__float_as_uint(x) & 0x80000000u));
+    }
+  }
+};
+
+// max(acc, |elements of v|) for the amax of a group; NaN elements are ignored (like fmaxf).
+// bf16 / f16 inputs stay packed: |.| by clearing the sign bits, then one packed max per pair
+// (both formats order like their f32 values). The packed accumulator starts at 0.
+template <class In, int N>
+MJ_DEVICE void accumulate_absmax(u32& packed, float& scalar, const Vec<N>& v) {
+  if constexpr (same_type<In, Bf16>::value || same_type<In, F16>::value) {
+    if constexpr (N >= 4) {
+#pragma unroll
+      for (int w = 0; w < Vec<N>::kWords; ++w) {
+        const u32 a = v.w[w] & 0x7FFF7FFFu;
+        if constexpr (same_type<In, Bf16>::value) asm("max.bf16x2 %0, %0, %1;" : "+r"(packed) : "r"(a));
+        else asm("max.f16x2 %0, %0, %1;" : "+r"(packed) : "r"(a));
+      }
+    } else {
+      scalar = fmaxf(scalar, fabsf(In::to_f32(v.w[0] & 0xFFFFu)));
+    }
+  } else {
+    constexpr int V = N / In::kBytes;
+    float f[V];
+    unpack<In, V>(v, f);
+#pragma unroll
+    for (int k = 0; k < V; ++k) scalar = fmaxf(scalar, fabsf(f[k]));
+  }
+}
+
+// The amax of the two accumulators.
+template <class In>
+MJ_DEVICE float finish_absmax(u32 packed, float scalar) {
+  if constexpr (same_type<In, Bf16>::value || same_type<In, F16>::value) {
+    float lo, hi;
+    In::pair_to_f32(packed, lo, hi);
+    return fmaxf(scalar, fmaxf(lo, hi));
+  } else {
+    return scalar;
+  }
+}
+
+// ---- compile-time plan shared by store and gather ---------------------------------------------
+
+// The Plan (kv_cache/plan.h) as constants. `Src`/`Dst`: element types moved (store: input ->
+// cache; gather: cache -> output).
+template <class Src, class Dst, int H, int D, bool QUANT, int G, int THREADS>
+struct PlanOf {
+  static constexpr Plan kP = make_plan(Src::kBytes, Dst::kBytes, H, D, QUANT, G, THREADS);
+  static constexpr int kNG = kP.ng;
+  static constexpr int kSegsPerToken = kP.segs_per_token;
+  static constexpr int kRowElems = kP.row_elems;
+  static constexpr int kVec = kP.vec;
+  static constexpr int kChunks = kP.chunks;
+  static constexpr int kTailChunks = kP.tail_chunks;
+  static constexpr int kLanes = kP.lanes;
+  static constexpr int kIters = kP.iters;
+  static constexpr int kHold = kP.hold;
+  static constexpr bool kTwoPass = kP.two_pass;
+  static constexpr int kSegsPerThread = kP.segs_per_thread;
+  static constexpr bool kTokenMajor = kP.token_major;
+  static constexpr int kTeams = kP.teams;
+  static constexpr int kSegsPerBlock = kP.segs_per_block;
+  static constexpr int kSrcChunkBytes = kVec * Src::kBytes;
+  static constexpr int kDstChunkBytes = kVec * Dst::kBytes;
+  static_assert(THREADS % 32 == 0, "threads must be a multiple of 32");
+  static_assert(!QUANT || (D % kVec == 0 && G % kVec == 0), "chunks must tile scale groups");
+
+  // First element of segment j within a token's row, and its number of chunks.
+  static MJ_DEVICE int seg_elem(int j) { return QUANT ? (j / kNG) * D + (j % kNG) * G : 0; }
+  static MJ_DEVICE int seg_chunks(int j) { return (QUANT && j % kNG == kNG - 1) ? kTailChunks : kChunks; }
+};
+
+// The segments one thread works on: token and segment index within the token of each, and
+// whether it exists (the last block may run past the tokens). Token-major plans give a thread
+// consecutive segments of one token; otherwise segment i of team t is i * teams + t.
+template <class Pl>
+struct ThreadSegments {
+  static constexpr int kS = Pl::kSegsPerThread;
+  u64 tok[kS];
+  int j[kS];
+  bool live[kS];
+
+  MJ_DEVICE ThreadSegments(long long num_tokens, int team) {
+    if constexpr (Pl::kTokenMajor) {
+      const u64 first = (static_cast<u64>(blockIdx.x) * Pl::kTeams + team) * kS;
+      const u64 t = first / Pl::kSegsPerToken;
+      const int j0 = static_cast<int>(first % Pl::kSegsPerToken);
+#pragma unroll
+      for (int i = 0; i < kS; ++i) {
+        tok[i] = t;
+        j[i] = j0 + i;
+        live[i] = t < static_cast<u64>(num_tokens);
+      }
+    } else {
+      const u64 total = static_cast<u64>(num_tokens) * Pl::kSegsPerToken;
+      const u64 seg0 = static_cast<u64>(blockIdx.x) * Pl::kSegsPerBlock + team;
+#pragma unroll
+      for (int i = 0; i < kS; ++i) {
+        const u64 seg = seg0 + static_cast<u64>(i) * Pl::kTeams;
+        tok[i] = seg / Pl::kSegsPerToken;
+        j[i] = static_cast<int>(seg % Pl::kSegsPerToken);
+        live[i] = seg < total;
+      }
+    }
+  }
+  // Segments sharing one token lookup: all of them when token-major, else each its own.
+  static constexpr int kLookups = Pl::kTokenMajor ? 1 : kS;
+};
+
+// ---- kv_cache_store ------------------------------------------------------------------------------
+
+template <class In, class Cache, int H, int D, int P, int L, int KV, int G, bool UE8M0, int THREADS>
+struct KvStore {
+  static constexpr bool kQuant = same_type<Cache, E4m3>::value;
+  using Pl = PlanOf<In, Cache, H, D, kQuant, G, THREADS>;
+  using Rows = CacheRows<P, L, KV>;
+  using SrcVec = Vec<Pl::kSrcChunkBytes>;
+  static constexpr int kS = Pl::kSegsPerThread;
+  static constexpr int kVec = Pl::kVec;
+
+  static MJ_DEVICE void run(const KvCacheStoreArgs& a) {
+    const int lane = static_cast<int>(threadIdx.x) % Pl::kLanes;
+    const int team = static_cast<int>(threadIdx.x) / Pl::kLanes;
+    const ThreadSegments<Pl> sg(a.num_tokens, team);
+    const char* x = static_cast<const char*>(a.x);
+    auto src_chunk = [&](int i, int c) {
+      return x + (sg.tok[i] * Pl::kRowElems + Pl::seg_elem(sg.j[i]) + static_cast<u64>(c) * kVec) * In::kBytes;
+    };
+    auto chunk_exists = [&](int i, int it, int c) {
+      return sg.live[i] && it < Pl::kIters && c < Pl::seg_chunks(sg.j[i]);
+    };
+
+    SrcVec buf[kS][Pl::kHold];
+    auto load_batch = [&](int it0) {
+#pragma unroll
+      for (int i = 0; i < kS; ++i)
+#pragma unroll
+        for (int h = 0; h < Pl::kHold; ++h) {
+          const int c = (it0 + h) * Pl::kLanes + lane;
+          if (chunk_exists(i, it0 + h, c)) buf[i][h] = load_stream<Pl::kSrcChunkBytes>(src_chunk(i, c));
+          else clear(buf[i][h]);
+        }
+    };
+
+    // Issue the first batch of input loads, then look up the destination rows (the loads do not
+    // depend on the lookups, so their latencies overlap).
+    load_batch(0);
+    bool ok[kS];
+    u64 row[kS];
+#pragma unroll
+    for (int l = 0; l < ThreadSegments<Pl>::kLookups; ++l) {
+      ok[l] = false;
+      row[l] = 0;
+      if (sg.live[l]) {
+        const int b = find_sequence(a.input_row_offsets, a.batch, sg.tok[l]);
+        if (b >= 0) {
+          const u64 pos = static_cast<u64>(load_ro(a.cache_lengths + b)) + (sg.tok[l] - load_ro(a.input_row_offsets + b));
+          u32 blk, off;
+          if (Rows::resolve(a.lookup_table, a.pages_per_seq, a.num_blocks, b, pos, blk, off)) {
+            ok[l] = true;
+            row[l] = Rows::row(blk, a.kv_idx, a.layer_idx, off);
+          }
+        }
+        // A token is counted once: by lane 0 of the team owning its first segment.
+        if (!ok[l] && sg.j[l] == 0 && lane == 0 && a.dropped != nullptr) atomicAdd(a.dropped, 1u);
+      }
+    }
+#pragma unroll
+    for (int i = ThreadSegments<Pl>::kLookups; i < kS; ++i) {
+      ok[i] = ok[0];
+      row[i] = row[0];
+    }
+    char* blocks = static_cast<char*>(a.blocks);
+    auto dst_chunk = [&](int i, int c) {
+      return blocks + (row[i] * Pl::kRowElems + Pl::seg_elem(sg.j[i]) + static_cast<u64>(c) * kVec) * Cache::kBytes;
+    };
+
+    if constexpr (!kQuant) {
+      // Plain cast, streamed in batches of kHold chunks per lane.
+      auto store_batch = [&](int it0) {
+#pragma unroll
+        for (int i = 0; i < kS; ++i)
+#pragma unroll
+          for (int h = 0; h < Pl::kHold; ++h) {
+            const int c = (it0 + h) * Pl::kLanes + lane;
+            if (ok[i] && chunk_exists(i, it0 + h, c)) {
+              if constexpr (same_type<In, Cache>::value) {
+                store(dst_chunk(i, c), buf[i][h]);
+              } else {
+                float f[kVec];
+                unpack<In, kVec>(buf[i][h], f);
+                store(dst_chunk(i, c), pack<Cache, kVec>(f));
+              }
+            }
+          }
+      };
+      store_batch(0);
+#pragma unroll 1
+      for (int it0 = Pl::kHold; it0 < Pl::kIters; it0 += Pl::kHold) {
+        load_batch(it0);
+        store_batch(it0);
+      }
+    } else {
+      // fp8: amax over the whole group (team reduction), then scale and quantize.
+      u32 packed[kS];
+      float amax[kS];
+#pragma unroll
+      for (int i = 0; i < kS; ++i) {
+        packed[i] = 0u;
+        amax[i] = 0.0f;
+      }
+      auto batch_amax = [&] {
+#pragma unroll
+        for (int i = 0; i < kS; ++i)
+#pragma unroll
+          for (int h = 0; h < Pl::kHold; ++h) accumulate_absmax<In>(packed[i], amax[i], buf[i][h]);  // cleared chunks are 0
+      };
+      batch_amax();
+      if constexpr (Pl::kTwoPass) {
+#pragma unroll 1
+        for (int it0 = Pl::kHold; it0 < Pl::kIters; it0 += Pl::kHold) {
+          load_batch(it0);
+          batch_amax();
+        }
+      }
+      GroupQuantizer<UE8M0> quant[kS];
+#pragma unroll
+      for (int i = 0; i < kS; ++i) {
+        const float s = group_scale<UE8M0>(team_max<Pl::kLanes>(finish_absmax<In>(packed[i], amax[i])));
+        quant[i] = GroupQuantizer<UE8M0>::make(s);
+        // Spread the scale stores over the team's lanes.
+        if (ok[i] && lane == i % Pl::kLanes) a.scales[row[i] * (H * Pl::kNG) + sg.j[i]] = s;
+      }
+      auto quantize_batch = [&](int it0) {
+#pragma unroll
+        for (int i = 0; i < kS; ++i)
+#pragma unroll
+          for (int h = 0; h < Pl::kHold; ++h) {
+            const int c = (it0 + h) * Pl::kLanes + lane;
+            if (ok[i] && chunk_exists(i, it0 + h, c)) {
+              float f[kVec];
+              unpack<In, kVec>(buf[i][h], f);
+#pragma unroll
+              for (int k = 0; k < kVec; ++k) f[k] = quant[i](f[k]);
+              store(dst_chunk(i, c), pack<Cache, kVec>(f));
+            }
+          }
+      };
+      if constexpr (Pl::kTwoPass) {
+#pragma unroll 1
+        for (int it0 = 0; it0 < Pl::kIters; it0 += Pl::kHold) {
+          load_batch(it0);
+          quantize_batch(it0);
+        }
+      } else {
+        quantize_batch(0);
+      }
+    }
+  }
+};
+
+// ---- kv_cache_gather -----------------------------------------------------------------------------
+
+template <class Cache, class Out, int H, int D, int P, int L, int KV, int G, int THREADS>
+struct KvGather {
+  static constexpr bool kQuant = same_type<Cache, E4m3>::value;
+  using Pl = PlanOf<Cache, Out, H, D, kQuant, G, THREADS>;
+  using Rows = CacheRows<P, L, KV>;
+  static constexpr int kS = Pl::kSegsPerThread;
+  static constexpr int kVec = Pl::kVec;
+
+  static MJ_DEVICE void run(const KvCacheGatherArgs& a) {
+    const int lane = static_cast<int>(threadIdx.x) % Pl::kLanes;
+    const int team = static_cast<int>(threadIdx.x) / Pl::kLanes;
+    const ThreadSegments<Pl> sg(a.num_tokens, team);
+
+    u64 row[kS];
+    bool ok[kS];
+#pragma unroll
+    for (int l = 0; l < ThreadSegments<Pl>::kLookups; ++l) {
+      ok[l] = false;
+      row[l] = 0;
+      if (sg.live[l]) {
+        const u32 b = load_ro(a.batch_ids + sg.tok[l]);
+        u32 blk, off;
+        if (b < static_cast<u32>(a.batch) &&
+            Rows::resolve(a.lookup_table, a.pages_per_seq, a.num_blocks, static_cast<int>(b),
+                          load_ro(a.positions + sg.tok[l]), blk, off)) {
+          ok[l] = true;
+          row[l] = Rows::row(blk, a.kv_idx, a.layer_idx, off);
+        }
+        if (!ok[l] && sg.j[l] == 0 && lane == 0 && a.dropped != nullptr) atomicAdd(a.dropped, 1u);
+      }
+    }
+#pragma unroll
+    for (int i = ThreadSegments<Pl>::kLookups; i < kS; ++i) {
+      ok[i] = ok[0];
+      row[i] = row[0];
+    }
+    float scale[kS];
+#pragma unroll
+    for (int i = 0; i < kS; ++i) {
+      scale[i] = 1.0f;
+      if constexpr (kQuant)
+        if (ok[i]) scale[i] = load_ro(a.scales + row[i] * (H * Pl::kNG) + sg.j[i]);
+    }
+    const char* blocks = static_cast<const char*>(a.blocks);
+    char* y = static_cast<char*>(a.y);
+    auto src_chunk = [&](int i, int c) {
+      return blocks + (row[i] * Pl::kRowElems + Pl::seg_elem(sg.j[i]) + static_cast<u64>(c) * kVec) * Cache::kBytes;
+    };
+    auto dst_chunk = [&](int i, int c) {
+      return y + (sg.tok[i] * Pl::kRowElems + Pl::seg_elem(sg.j[i]) + static_cast<u64>(c) * kVec) * Out::kBytes;
+    };
+    auto chunk_exists = [&](int i, int it, int c) {
+      return sg.live[i] && it < Pl::kIters && c < Pl::seg_chunks(sg.j[i]);
+    };
+
+#pragma unroll 1
+    for (int it0 = 0; it0 < Pl::kIters; it0 += Pl::kHold) {
+      Vec<Pl::kSrcChunkBytes> buf[kS][Pl::kHold];
+#pragma unroll
+      for (int i = 0; i < kS; ++i)
+#pragma unroll
+        for (int h = 0; h < Pl::kHold; ++h) {
+          const int c = (it0 + h) * Pl::kLanes + lane;
+          if (ok[i] && chunk_exists(i, it0 + h, c)) buf[i][h] = load_stream<Pl::kSrcChunkBytes>(src_chunk(i, c));
+          else clear(buf[i][h]);
+        }
+#pragma unroll
+      for (int i = 0; i < kS; ++i)
+#pragma unroll
+        for (int h = 0; h < Pl::kHold; ++h) {
+          const int c = (it0 + h) * Pl::kLanes + lane;
+          if (!chunk_exists(i, it0 + h, c)) continue;
+          if (!ok[i]) {
+            store(dst_chunk(i, c), nan_vec<Out, kVec>());  // poison: the row does not exist
+          } else if constexpr (!kQuant && same_type<Cache, Out>::value) {
+            store(dst_chunk(i, c), buf[i][h]);
+          } else {
+            float f[kVec];
+            unpack<Cache, kVec>(buf[i][h], f);
+            if constexpr (kQuant) {
+#pragma unroll
+              for (int k = 0; k < kVec; ++k) f[k] = f[k] * scale[i];
+            }
+            store(dst_chunk(i, c), pack<Out, kVec>(f));
+          }
+        }
+    }
+  }
+};
+
+// ---- sparse_index_remap --------------------------------------------------------------------------
+
+// One thread block per token row of k logical positions.
+template <int P, int THREADS>
+struct SparseIndexRemap {
+  static MJ_DEVICE void run(const SparseIndexRemapArgs& a) {
+    const u64 t = blockIdx.x;
+    if (t >= static_cast<u64>(a.num_tokens)) return;
+    const int b = find_sequence(a.input_row_offsets, a.batch, t);
+    const unsigned* lut = a.lookup_table + static_cast<u64>(b < 0 ? 0 : b) * a.pages_per_seq;
+    const u32 pps = static_cast<u32>(a.pages_per_seq);
+    const long long num_blocks = a.num_blocks;
+    // -1 for a negative index, a token outside every sequence, a page past the table or a
+    // block >= num_blocks; else block * page_size + offset (host checks it fits in i32).
+    auto remap = [&](int idx) -> int {
+      if (b < 0 || idx < 0) return -1;
+      const u32 page = static_cast<u32>(idx) / P;
+      if (page >= pps) return -1;
+      const u32 blk = load_ro(lut + page);
+      if (static_cast<long long>(blk) >= num_blocks) return -1;
+      return static_cast<int>(blk * P + static_cast<u32>(idx) % P);
+    };
+    const int* in = a.indices + t * static_cast<u64>(a.k);
+    int* out = a.out + t * static_cast<u64>(a.k);
+    const bool vec4 = a.k % 4 == 0 && ((reinterpret_cast<unsigned long long>(a.indices) |
+                                         reinterpret_cast<unsigned long long>(a.out)) & 15ull) == 0;
+    if (vec4) {
+      const long long n4 = a.k / 4;
+#pragma unroll 2
+      for (long long q = threadIdx.x; q < n4; q += THREADS) {
+        Vec<16> v = load_stream<16>(in + q * 4);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v.w[e] = static_cast<u32>(remap(static_cast<int>(v.w[e])));
+        store(out + q * 4, v);
+      }
+    } else {
+      for (long long q = threadIdx.x; q < a.k; q += THREADS) {
+        Vec<4> v = load_stream<4>(in + q);
+        v.w[0] = static_cast<u32>(remap(static_cast<int>(v.w[0])));
+        store(out + q, v);
+      }
+    }
+  }
+};
+
+}  // namespace kv
+}  // namespace mj

@@ -1,0 +1,69 @@
+#pragma once
+// Pieces both indexer stages share: which sequence a token row belongs to, how many keys it sees,
+// and where a key lives in the paged cache (SPEC §1, §2; see mla_indexer/args.h).
+#include "common/types.cuh"
+#include "mla_indexer/args.h"
+
+namespace mj {
+namespace indexer {
+
+// A token row's place in the ragged batch. `valid` is false for rows outside
+// [offsets[0], offsets[batch]) (a malformed offsets array): such rows see no key.
+struct TokenInfo {
+  bool valid;
+  int seq;                 // b
+  long long cache_len;     // L
+  long long new_tokens;    // S
+  long long index;         // i, 0-based within the sequence's new tokens
+  long long visible;       // number of visible keys (a prefix [0, visible) of positions)
+};
+
+// Largest b in [0, batch) with offsets[b] <= t: with empty sequences (equal offsets) this is the
+// one sequence that actually owns t.
+MJ_DEVICE TokenInfo token_info(const unsigned* offsets, const unsigned* cache_lengths, int batch, long long t,
+                               long long max_keys, bool causal) {
+  TokenInfo r;
+  r.valid = false;
+  r.seq = 0;
+  r.cache_len = r.new_tokens = r.index = r.visible = 0;
+  if (batch <= 0 || t < static_cast<long long>(offsets[0]) || t >= static_cast<long long>(offsets[batch])) return r;
+  int lo = 0, hi = batch - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (static_cast<long long>(offsets[mid]) <= t) lo = mid;
+    else hi = mid - 1;
+  }
+  r.valid = true;
+  r.seq = lo;
+  r.cache_len = cache_lengths[lo];
+  r.new_tokens = static_cast<long long>(offsets[lo + 1]) - static_cast<long long>(offsets[lo]);
+  r.index = t - static_cast<long long>(offsets[lo]);
+  long long vis = causal ? r.cache_len + r.index + 1 : r.cache_len + r.new_tokens;
+  r.visible = vis < max_keys ? vis : max_keys;
+  return r;
+}
+
+// Cache row of key position j of sequence b, or -1 when its page is past the lookup table or its
+// block id is out of range (such a key is never read).
+MJ_DEVICE long long key_row(const unsigned* lut, long long pages_per_seq, long long num_blocks,
+                            long long block_row_stride, long long layer_row_offset, int page_shift, int b,
+                            long long j) {
+  const long long page = j >> page_shift;
+  if (page >= pages_per_seq) return -1;
+  const long long blk = lut[static_cast<long long>(b) * pages_per_seq + page];
+  if (blk >= num_blocks) return -1;
+  return blk * block_row_stride + layer_row_offset + (j & ((1LL << page_shift) - 1));
+}
+
+// Encoded index (SPEC §1 sparse_index_remap) of logical position j of sequence b, -1 if unmapped.
+MJ_DEVICE int encoded_index(const unsigned* lut, long long pages_per_seq, long long num_blocks, int page_shift,
+                            int b, long long j) {
+  const long long page = j >> page_shift;
+  if (page >= pages_per_seq) return -1;
+  const long long blk = lut[static_cast<long long>(b) * pages_per_seq + page];
+  if (blk >= num_blocks) return -1;
+  return static_cast<int>((blk << page_shift) + (j & ((1LL << page_shift) - 1)));
+}
+
+}  // namespace indexer
+}  // namespace mj

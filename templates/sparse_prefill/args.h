@@ -1,0 +1,26 @@
+#pragma once
+// Kernel argument struct of sparse_prefill (SPEC §3), shared by the host (src/ops/sparse_prefill/op.cpp)
+// and the device templates: plain C types only, one by-value struct per launch.
+//
+// Row addressing (SPEC §1): for an encoded index e,
+//   tma_row(e) = (e / page_size) * row_stride + e % page_size
+// and the row's data starts at kv_blocks + (tma_row(e) + layer_row_offset) * row_elems elements
+// (row_elems = 576). A slot is valid iff int(e) >= 0 and tma_row(e) < num_kv_rows. For fp8 the
+// scales row of e starts at kv_scales + (tma_row(e) + layer_row_offset) * scales_per_token.
+struct SparsePrefillArgs {
+  const void* q;                // bf16 [num_tokens, H, 576]
+  const void* kv_blocks;        // bf16 | fp8_e4m3 paged latent cache (num_heads 1, head_size 576)
+  const float* kv_scales;       // fp8 with scale_block_size > 0: f32 per row; else null
+  const unsigned* indices;      // u32 [num_tokens, indices_stride] encoded indices
+  const unsigned* topk_lengths; // u32 [num_tokens]
+  const float* attn_sink;       // f32 [H] if attn_sink, else null
+  void* out;                    // bf16 [num_tokens, H, 512]
+  float* lse;                   // f32 [num_tokens, H] if emit_lse, else null
+  long long num_tokens;
+  long long indices_stride;     // multiple of b_topk
+  long long num_kv_rows;        // (num_blocks - 1) * row_stride + page_size
+  long long row_stride;         // kv_dim * num_layers * page_size rows between physical blocks
+  long long layer_row_offset;   // layer_idx * page_size
+  float sm_scale;               // softmax scale
+  float sm_scale_log2e;         // sm_scale * log2(e), for the exp2-domain softmax
+};

@@ -1,0 +1,999 @@
+#pragma once
+// Sparse MLA prefill (SPEC §3) for Hopper (sm_90a): wgmma tensor cores, warp-specialised.
+//
+// ---- Host interface (what the generator instantiates and the op launches) ----------------------
+//   #include "sparse_prefill/sm90.cuh"
+//   using Cfg = mj::sparse_prefill_sm90::Config<NUM_HEADS, B_TOPK, KV_FP8, SCALE_BLOCK, ATTN_SINK,
+//                                                EMIT_LSE, PAGE_SIZE, NUM_STAGES>;
+//   extern "C" __global__ void __launch_bounds__(Cfg::kThreads, 1)
+//   mlajit_sparse_prefill_sm90(const __grid_constant__ SparsePrefillArgs args) {
+//     mj::sparse_prefill_sm90::run<Cfg>(args);
+//   }
+// Launch: grid  = (num_tokens * Cfg::kCtasPerToken, 1, 1)
+//               (= num_tokens * NUM_HEADS / Cfg::kHeadsPerCta; token-major: the CTAs of one token
+//                are adjacent so they read its gathered rows from L2 together)
+//         block = (Cfg::kThreads = 384, 1, 1)
+//         dynamic shared memory = Cfg::kSmemBytes (232256 bytes: needs the opt-in
+//         CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES; the sm_90 limit is 232448).
+//         The `__launch_bounds__(kThreads, 1)` (with the 1) is required: setmaxnreg needs an entry
+//         register cap.
+// Template parameters and constraints (static_asserts name the violated one):
+//   NUM_HEADS   16..128, multiple of 16. CTA c of a token handles heads
+//               [c * kHeadsPerCta, (c + 1) * kHeadsPerCta); kHeadsPerCta = NUM_HEADS / kCtasPerToken
+//               (64 for H = 64/128; 40/48/56 for H = 80/96/112; H itself for H < 64). The MMA tile
+//               is always 64 rows: rows past kHeadsPerCta are zero and their results discarded, so
+//               H < 64 costs the same as H = 64 per token.
+//   B_TOPK      64 or 128. The kernel always streams 64-key blocks, two per loop step (one per
+//               consumer warpgroup); it never reads an index at or past topk_lengths[t], so it does
+//               not depend on indices_stride being a multiple of anything. A true 128-key stage
+//               does not fit: two 128 x 576 bf16 stages (288 KiB) plus the 72 KiB query tile exceed
+//               the 227 KiB of shared memory, and a 64 x 128 f32 score tile would push a consumer
+//               past 255 registers. B_TOPK = 128 therefore runs the same schedule as 64.
+//   KV_FP8      false: bf16 cache rows (1152 bytes); true: fp8 e4m3 rows (576 bytes) with scales.
+//   SCALE_BLOCK fp8 only: 0 = unit scales (kv_scales not read), else elements per scale, dividing
+//               576 and >= 16 (scales_per_token = 576 / SCALE_BLOCK floats per row); 576 = one
+//               scale per row. Widths 18 and 36 (groups not a multiple of 8) are correct but slower
+//               (their decode spills). Smaller widths: use the sm80 path. Must be 0 for bf16.
+//   ATTN_SINK   reads args.attn_sink[H]; EMIT_LSE writes args.lse[T, H].
+//   PAGE_SIZE   page size of the encoded indices (tma_row arithmetic), >= 1.
+//   NUM_STAGES  must be 2: the K ring is two 64-key stages (one per consumer warpgroup), each
+//               split into a left (dims 0..255) and right (dims 256..575) half with its own
+//               full/empty barriers, so the producer refills a half as soon as its readers are done.
+//   TUNE        (9th, defaulted) development-only experiment bits; the generator leaves it 0.
+// Args: every pointer of SparsePrefillArgs that the configuration uses must be valid; sm_scale must
+// be finite and >= 0 (the running max is taken on scaled scores). Absolute row indices must fit in
+// 32 bits (any cache that fits in device memory: 2^32 rows would be >= 2.4 TB).
+// Precision: bf16 caches and fp8 with unit or per-row scales (SCALE_BLOCK 0 / 576) are exact in the
+// bf16 tile (e4m3 has 3 mantissa bits; per-row scales are applied in f32 to scores and P). With
+// group scales (16 <= SCALE_BLOCK < 576) the tile holds K * scale rounded once to bf16, as a
+// bf16-dequantised cache would. e4m3 NaN codes (0x7F/0xFF) decode to finite values.
+//
+// ---- Design ---------------------------------------------------------------------------------------
+// One CTA = one token x one 64-row head tile; 3 warpgroups:
+//   WG2 (producer, few registers): reads the token's indices, resolves rows (SPEC validity rule),
+//     and gathers each 64-key block into a K stage (64 rows x 576 bf16, 128-byte swizzled tiles of
+//     64 columns): bf16 rows by cp.async 16 B per thread (zero-fill, no read, for invalid slots),
+//     fp8 rows by 16-byte register loads decoded to bf16 on the way. Per stage it also publishes a
+//     column bias (0 or -inf) and, for per-row fp8 scales, the row's scale.
+//   WG0 / WG1 (consumers, many registers): block 2i goes to stage 0 (scored by WG0), block 2i+1 to
+//     stage 1 (scored by WG1): S = Q K^T with m64n64k16 wgmma over 9 column tiles (Q resident in
+//     shared memory). Online softmax in f32 in the exp2 domain, running max shared through shared
+//     memory so both warpgroups use one max. The output is split by columns: WG0 accumulates
+//     O[:, 0:256], WG1 O[:, 256:512], each with m64n256k16 wgmma over BOTH blocks: its own P from
+//     registers (RS form) and the other warpgroup's P through shared memory (SS form).
+//   Epilogue: row sums exchanged, O scaled (sink, empty-row rule), staged as bf16 in the query
+//   tile's space, stored with 16-byte coalesced writes; lse by WG0.
+// fp8 decode: e4m3 bits are moved into a bf16 (sign | magnitude << 4: exact, value * 2^-120) and
+// multiplied by 2^56 (unit / per-row) or by group scale * 2^56 (split hi + lo, one rounding), so the
+// tile holds K * 2^-64: no overflow for scales up to 2^71, and P V products stay far from the f32
+// subnormal range. The 2^64 is folded back into the score multiplier and the output. Per-row scales
+// (SCALE_BLOCK 576) are folded into the score multiplier and P instead of the tile. The fp8
+// producer streams 16-byte loads through a 6-deep register window across halves and steps.
+// Proxy ordering: stage data are written through the generic proxy (cp.async, st.shared) and read
+// by wgmma through the async proxy; each consumer fences after acquiring a full barrier (a
+// producer-side fence would be a MEMBAR that waits for the producer's in-flight loads).
+// L2: gathered rows evict-last (re-read by other tokens' CTAs), Q evict-first, output streaming.
+#include "sparse_prefill/args.h"
+#include "common/convert.cuh"
+#include "common/mbarrier.cuh"
+#include "common/row_gather.cuh"
+#include "common/smem_swizzle.cuh"
+#include "common/types.cuh"
+#include "common/warpgroup.cuh"
+#include "common/wgmma.cuh"
+
+namespace mj {
+namespace sparse_prefill_sm90 {
+
+constexpr int kQkDim = 576;
+constexpr int kVDim = 512;
+constexpr int kQkTiles = kQkDim / 64;  // 9 column tiles of 64 bf16 (128 bytes per row)
+constexpr int kLeftTiles = 4;          // dims 0..255: WG0's half of V
+constexpr int kBlockKeys = 64;         // keys per stage (one consumer warpgroup's score tile)
+constexpr int kTileRows = 64;          // rows of every tile (heads or keys)
+constexpr int kTileBytes = kTileRows * 128;
+constexpr int kStageBytes = kQkTiles * kTileBytes;  // 73728: one 64-key stage, also the Q tile
+constexpr float kMaxInit = -1e30f;  // running max start: finite, so exp2(max - max) never sees inf - inf
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Named barrier ids (0 is __syncthreads).
+enum : u32 {
+  kBarQReady = 1,    // consumers: query tile in shared memory
+  kBarWg0Max = 2,    // WG0 -> WG1: WG0's block max in sM
+  kBarWg1Max = 3,    // WG1 -> WG0: the step's final max in sM
+  kBarS0Ready = 4,   // WG0 -> WG1: P0 in shared memory
+  kBarS1Ready = 5,   // WG1 -> WG0: P1 in shared memory
+  kBarRowSum = 6,    // consumers: row sums exchanged (also: every wgmma done, Q space free)
+  kBarOutWg0 = 7,    // WG0's output staged
+  kBarOutWg1 = 8,    // WG1's output staged
+};
+
+// TUNE: development-only experiment bits, 0 in production (the generator never sets it); the
+// dev harness (dev/prefill90/) instantiates the others to measure alternatives side by side:
+//   1: bf16: no consumer-side proxy fence after a stage lands (what FlashMLA / CUTLASS cp.async
+//      mainloops do; not guaranteed by the PTX memory model)
+//   2: fp8: 9-chunk load window instead of 6 (unit / per-row / x16 group scales)
+//   4: fp8: the producer fences its stores before arriving (drains its load window at every half)
+//      instead of the consumers fencing after the wait
+template <int NUM_HEADS, int B_TOPK, bool KV_FP8, int SCALE_BLOCK, bool ATTN_SINK, bool EMIT_LSE, int PAGE_SIZE,
+          int NUM_STAGES, int TUNE = 0>
+struct Config {
+  static_assert(NUM_HEADS >= 16 && NUM_HEADS <= 128 && NUM_HEADS % 16 == 0,
+                "sparse_prefill_sm90: NUM_HEADS must be a multiple of 16 in [16, 128]");
+  static_assert(B_TOPK == 64 || B_TOPK == 128, "sparse_prefill_sm90: B_TOPK must be 64 or 128");
+  static_assert(NUM_STAGES == 2, "sparse_prefill_sm90: NUM_STAGES must be 2 (one K stage per consumer warpgroup)");
+  static_assert(PAGE_SIZE >= 1, "sparse_prefill_sm90: PAGE_SIZE must be >= 1");
+  static_assert(KV_FP8 || SCALE_BLOCK == 0, "sparse_prefill_sm90: SCALE_BLOCK must be 0 for a bf16 cache");
+  static_assert(SCALE_BLOCK >= 0 && (SCALE_BLOCK == 0 || kQkDim % SCALE_BLOCK == 0),
+                "sparse_prefill_sm90: SCALE_BLOCK must be 0 or divide 576");
+  static_assert(SCALE_BLOCK == 0 || SCALE_BLOCK >= 16,
+                "sparse_prefill_sm90: SCALE_BLOCK must be 0 or >= 16 (a 16-element chunk spans <= 2 scale groups)");
+
+  static constexpr int kNumHeads = NUM_HEADS;
+  static constexpr int kBTopk = B_TOPK;
+  static constexpr bool kFp8 = KV_FP8;
+  static constexpr int kScaleBlock = SCALE_BLOCK;
+  static constexpr int kScalesPerToken = SCALE_BLOCK == 0 ? 0 : kQkDim / SCALE_BLOCK;
+  static constexpr bool kRowScale = KV_FP8 && SCALE_BLOCK == kQkDim;                   // folded into scores/P
+  static constexpr bool kGroupScale = KV_FP8 && SCALE_BLOCK != 0 && SCALE_BLOCK != kQkDim;  // multiplied in tile
+  static constexpr bool kSink = ATTN_SINK;
+  static constexpr bool kEmitLse = EMIT_LSE;
+  static constexpr int kPageSize = PAGE_SIZE;
+  static constexpr bool kProducerFence = KV_FP8 && (TUNE & 4) != 0;
+  static constexpr bool kConsumerFence = KV_FP8 ? !kProducerFence : (TUNE & 1) == 0;
+  static constexpr bool kWideWindow = (TUNE & 2) != 0;
+
+  static constexpr int kCtasPerToken = (NUM_HEADS + 63) / 64;
+  static constexpr int kHeadsPerCta = NUM_HEADS / kCtasPerToken;
+  static_assert(NUM_HEADS % kCtasPerToken == 0 && kHeadsPerCta <= 64, "head split");
+
+  static constexpr int kThreads = 384;  // WG0, WG1 consumers; WG2 producer
+  // Register budgets after setmaxnreg: consumers hold a 64x256 f32 accumulator (128 regs), a 64x64
+  // score tile (32) and its bf16 copy (16); the producer needs few.
+  static constexpr int kProducerRegs = 72;
+  static constexpr int kConsumerRegs = 216;
+  // setmaxnreg moves registers inside the CTA's launch allocation: kThreads x the entry cap
+  // (65536 / 384 rounded down to a multiple of 8 = 168), i.e. 64512, not the SM's 65536. Asking
+  // for more makes the consumers' allocation spin forever.
+  static constexpr int kEntryRegs = (65536 / kThreads) / 8 * 8;
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * kEntryRegs,
+                "setmaxnreg budgets exceed the CTA's register allocation");
+
+  // Shared memory: bookkeeping first, then the 1024-byte-aligned tiles.
+  static constexpr int kOffBars = 0;                       // 8 mbarriers: full[stage][half], empty[stage][half]
+  static constexpr int kOffMax = 64;                       // float[64]: running max hand-off
+  static constexpr int kOffRowSum = kOffMax + 64 * 4;      // float[2][64]: row sums per warpgroup
+  static constexpr int kOffBias = kOffRowSum + 2 * 64 * 4; // float[2][64]: 0 (valid) / -inf per key
+  static constexpr int kOffColScale = kOffBias + 2 * 64 * 4;  // float[2][64]: per-row fp8 scale per key
+  static constexpr int kMiscBytes = kOffColScale + 2 * 64 * 4;
+  static constexpr int kTileRegionBytes = 3 * kStageBytes + kTileBytes;  // Q, K stage 0, K stage 1, P1
+  static constexpr int kSmemBytes = kMiscBytes + 1024 + kTileRegionBytes;
+  static_assert(kSmemBytes <= 232448, "shared memory");
+};
+
+// ---- per-CTA context -------------------------------------------------------------------------------
+struct Smem {
+  u32 full[2][2];   // [stage][half] barrier addresses: stage data landed (+ bias / scales published)
+  u32 empty[2][2];  // [stage][half]: readers done
+  float* max;       // [64]
+  float* rowsum;    // [2][64]
+  float* bias;      // [2][64]
+  float* colscale;  // [2][64]
+  u32 q;            // query tile, later the bf16 output staging (64 rows x 1024 bytes)
+  u32 k[2];         // K stages
+  u32 p1;           // WG1's P (64x64 bf16); WG0's P lives in stage 0's tile 8 (rope dims, unused by P V)
+};
+
+MJ_DEVICE Smem carve_smem(unsigned char* base, int misc_bytes) {
+  Smem s;
+  const u32 b = sm90::smem_addr(base);
+#pragma unroll
+  for (int st = 0; st < 2; ++st) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      s.full[st][h] = b + 8u * (2 * st + h);
+      s.empty[st][h] = b + 32u + 8u * (2 * st + h);
+    }
+  }
+  const u32 tiles = (b + static_cast<u32>(misc_bytes) + 1023u) & ~1023u;
+  s.q = tiles;
+  s.k[0] = tiles + kStageBytes;
+  s.k[1] = tiles + 2 * kStageBytes;
+  s.p1 = tiles + 3 * kStageBytes;
+  return s;
+}
+
+// ---- small numeric helpers ------------------------------------------------------------------------
+MJ_DEVICE float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+MJ_DEVICE float lg2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+MJ_DEVICE float neg_inf() { return __uint_as_float(0xFF800000u); }
+MJ_DEVICE float pos_inf() { return __uint_as_float(0x7F800000u); }
+MJ_DEVICE u32 prmt(u32 a, u32 b, u32 sel) {
+  u32 r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+MJ_DEVICE u32 mul_bf16x2(u32 a, u32 b) {
+  u32 r;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+// Two e4m3 bytes (positioned by `sel` as bytes 1 and 3 of a word) to bf16x2 holding value * 2^-120,
+// exactly (normals and subnormals): sign stays in the top bit, exponent|mantissa shift right by 4.
+MJ_DEVICE u32 e4m3_pair_to_bf16x2_biased(u32 word, u32 sel) {
+  const u32 t = prmt(word, 0u, sel);
+  return (t & 0x80008000u) | ((t >> 4) & 0x07F007F0u);
+}
+constexpr float kTwoPow56 = 72057594037927936.0f;
+constexpr float kTwoPow64 = 18446744073709551616.0f;
+
+// A slot's row: SPEC validity rule. Returns the absolute row (layer offset added) of a valid slot,
+// kNoRow otherwise. Rows are kept in 32 bits: a cache of 2^32 rows would be >= 2.4 TB (fp8).
+constexpr u32 kNoRow = 0xFFFFFFFFu;
+template <class C>
+MJ_DEVICE u32 resolve_slot(const SparsePrefillArgs& a, const u32* token_indices, int slot, int topk_len) {
+  if (slot >= topk_len) return kNoRow;
+  const int e = static_cast<int>(__ldg(token_indices + slot));
+  if (e < 0) return kNoRow;
+  const i64 tma_row = static_cast<i64>(e / C::kPageSize) * a.row_stride + e % C::kPageSize;
+  if (tma_row >= a.num_kv_rows) return kNoRow;
+  return static_cast<u32>(tma_row + a.layer_row_offset);
+}
+
+// ---- producer: bf16 rows by cp.async ---------------------------------------------------------------
+// Thread t of the warpgroup: group g = t / 8 owns rows g + 16 k (k < 4) of a block; lane c = t % 8 of
+// the group copies 16-byte chunk c of each 128-byte tile row (8 lanes cover a tile row, coalesced).
+template <class C>
+MJ_DEVICE void produce_bf16(const SparsePrefillArgs& a, const Smem& s, i64 token, int topk_len, int steps) {
+  const int t = static_cast<int>(threadIdx.x) - 256;
+  const int g = t >> 3, c = t & 7;
+  const u32* token_indices = a.indices + token * a.indices_stride;
+  const unsigned char* kv = static_cast<const unsigned char*>(a.kv_blocks);
+  const u64 policy = sm90::l2_policy_evict_last();
+  const u32 lane_dst = static_cast<u32>(g) * 128u + ((static_cast<u32>(c) ^ (static_cast<u32>(g) & 7u)) << 4);
+
+  for (int step = 0; step < steps; ++step) {
+    const u32 empty_parity = (static_cast<u32>(step) & 1u) ^ 1u;
+    u32 rows[2][4];
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        rows[b][k] = resolve_slot<C>(a, token_indices, (2 * step + b) * kBlockKeys + g + 16 * k, topk_len);
+    }
+    auto publish_bias = [&](int b) {
+      if (c == 0) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) s.bias[b * 64 + g + 16 * k] = rows[b][k] != kNoRow ? 0.0f : neg_inf();
+      }
+    };
+    auto copy_tiles = [&](int b, int t0, int t1) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const bool valid = rows[b][k] != kNoRow;
+        const unsigned char* src = kv + (valid ? static_cast<u64>(rows[b][k]) * (kQkDim * 2) : 0) + c * 16;
+#pragma unroll
+        for (int tile = 0; tile < kQkTiles; ++tile) {
+          if (tile < t0 || tile >= t1) continue;
+          sm90::cp_async_16_zfill(s.k[b] + tile * kTileBytes + 16 * k * 128 + lane_dst, src + tile * 128, valid, policy);
+        }
+      }
+    };
+    auto signal_full = [&](u32 bar) {
+      sm90::mbar_arrive_cp_async(bar);  // lands with the data
+      sm90::mbar_arrive(bar);           // releases the bias written above
+    };
+    // Order matches the consumers' first needs: WG0 scores stage 0 left-then-right, WG1 stage 1
+    // right-then-left; each half is refilled as soon as its last reader released it.
+    sm90::mbar_wait(s.empty[0][0], empty_parity);
+    publish_bias(0);
+    copy_tiles(0, 0, kLeftTiles);
+    signal_full(s.full[0][0]);
+
+    sm90::mbar_wait(s.empty[1][1], empty_parity);
+    publish_bias(1);
+    copy_tiles(1, kLeftTiles, kQkTiles);
+    signal_full(s.full[1][1]);
+
+    sm90::mbar_wait(s.empty[0][1], empty_parity);
+    copy_tiles(0, kLeftTiles, kQkTiles);
+    signal_full(s.full[0][1]);
+
+    sm90::mbar_wait(s.empty[1][0], empty_parity);
+    copy_tiles(1, 0, kLeftTiles);
+    signal_full(s.full[1][0]);
+  }
+  sm90::cp_async_wait_all();
+}
+
+// ---- producer: fp8 rows, decoded to bf16 on the way --------------------------------------------------
+// Thread t: group g = t / 4 owns rows g and g + 32 of a block; lane c = t % 4 loads the 16-byte fp8
+// chunks u = 4 q + c (16 dims each) and writes the two 16-byte bf16 chunks 2c, 2c+1 of tile u / 4.
+// Per step a thread handles 36 chunks in a fixed order (the four stage halves in the order the
+// consumers need them; in a half: row, then tile). Loads run kWindow chunks ahead of the decode in a
+// register ring, across half and step boundaries (the next step's rows are resolved one step
+// early), so L2 latency stays hidden while the thread decodes.
+struct Fp8Plan {
+  // Closed forms (no recursion), so that they fold to constants once the chunk loop is unrolled.
+  static constexpr int kChunks = 36;
+  // half h in consumer order: 0 = stage 0 left, 1 = stage 1 right, 2 = stage 0 right, 3 = stage 1 left
+  __host__ __device__ static constexpr int stage(int h) { return h & 1; }
+  __host__ __device__ static constexpr int side(int h) { return (h == 1 || h == 2) ? 1 : 0; }  // 1: tiles 4..8
+  __host__ __device__ static constexpr int first_tile(int h) { return side(h) ? kLeftTiles : 0; }
+  __host__ __device__ static constexpr int tiles(int h) { return side(h) ? kQkTiles - kLeftTiles : kLeftTiles; }
+  __host__ __device__ static constexpr int first_chunk(int h) { return h == 0 ? 0 : h == 1 ? 8 : h == 2 ? 18 : 28; }
+  __host__ __device__ static constexpr int half_of(int i) { return i < 8 ? 0 : i < 18 ? 1 : i < 28 ? 2 : 3; }
+  __host__ __device__ static constexpr int row_of(int i) { return (i - first_chunk(half_of(i))) / tiles(half_of(i)); }
+  __host__ __device__ static constexpr int tile_of(int i) {
+    return first_tile(half_of(i)) + (i - first_chunk(half_of(i))) % tiles(half_of(i));
+  }
+};
+static_assert(Fp8Plan::first_chunk(1) == Fp8Plan::first_chunk(0) + 2 * Fp8Plan::tiles(0) &&
+                  Fp8Plan::first_chunk(2) == Fp8Plan::first_chunk(1) + 2 * Fp8Plan::tiles(1) &&
+                  Fp8Plan::first_chunk(3) == Fp8Plan::first_chunk(2) + 2 * Fp8Plan::tiles(2) &&
+                  Fp8Plan::kChunks == Fp8Plan::first_chunk(3) + 2 * Fp8Plan::tiles(3),
+              "fp8 chunk plan: halves must tile the 36 chunks of a step");
+
+// Scale floats prefetched with a chunk (group scales): the group of the chunk's first element and,
+// when groups are not a multiple of 16 wide, the group of its element 8 (width multiple of 8) or of
+// its last element (SCALE_BLOCK >= 16: a 16-element chunk spans at most two groups).
+template <class C>
+struct Fp8Scales {
+  static constexpr int kPerChunk = !C::kGroupScale ? 0 : C::kScaleBlock % 16 == 0 ? 1 : 2;
+  float v[kPerChunk > 0 ? kPerChunk : 1];
+};
+
+// bf16x2 multipliers (group scale * 2^56) for the 8 element pairs of chunk u of a row, split in a
+// high and a low bf16 part (hi + lo = the f32 scale to ~2^-16), so that fma(t, hi, t * lo) rounds
+// the product once instead of rounding the scale first (a systematic error per group).
+constexpr u32 kBf16x2TwoPow56 = 0x5B805B80u;  // bf16 2^56 in both halves
+MJ_DEVICE void split_scale(float sc, u32& hi, u32& lo) {
+  const float x = sc * kTwoPow56;
+  const u32 h = f32_to_bf16(x);
+  const u32 l = f32_to_bf16(x - __uint_as_float(h << 16));
+  hi = h | (h << 16);
+  lo = l | (l << 16);
+}
+template <class C>
+MJ_DEVICE void chunk_multipliers(const Fp8Scales<C>& sc, int u, u32 (&hi)[8], u32 (&lo)[8]) {
+  if constexpr (Fp8Scales<C>::kPerChunk == 1) {
+    u32 h, l;
+    split_scale(sc.v[0], h, l);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) hi[i] = h, lo[i] = l;
+  } else if constexpr (C::kScaleBlock % 8 == 0) {  // v[0]: elements 0..7, v[1]: elements 8..15
+    u32 h0, l0, h1, l1;
+    split_scale(sc.v[0], h0, l0);
+    split_scale(sc.v[1], h1, l1);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      hi[i] = h0, lo[i] = l0;
+      hi[i + 4] = h1, lo[i + 4] = l1;
+    }
+  } else {  // one group boundary somewhere in the chunk: elements from `split` on use v[1]
+    u32 h0, l0, h1, l1;
+    split_scale(sc.v[0], h0, l0);
+    split_scale(sc.v[1], h1, l1);
+    const int split = ((16 * u) / C::kScaleBlock + 1) * C::kScaleBlock - 16 * u;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const u32 mlo = 2 * i >= split ? 0xFFFFu : 0u, mhi = 2 * i + 1 >= split ? 0xFFFF0000u : 0u;
+      const u32 sel = mlo | mhi;  // halves taking v[1]
+      hi[i] = (h1 & sel) | (h0 & ~sel);
+      lo[i] = (l1 & sel) | (l0 & ~sel);
+    }
+  }
+}
+MJ_DEVICE u32 fma_bf16x2(u32 a, u32 b, u32 c) {
+  u32 r;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+
+// The fp8 producer's per-thread state; chunk<I>() handles chunk I of a step with every index a
+// compile-time constant (template recursion rather than a loop the compiler might not fold).
+template <class C>
+struct Fp8Producer {
+  using Plan = Fp8Plan;
+  using Scales = Fp8Scales<C>;
+  // Loads in flight per thread (divides 36, so ring slots repeat each step): 6 x 16 B x 128 threads
+  // = 12 KB per SM in flight, enough for ~14 B/clk at ~800 clk L2 latency. Two scale floats per
+  // chunk (and the group-boundary decode) leave registers for shorter windows only.
+  static constexpr int kWindow = Scales::kPerChunk < 2 ? (C::kWideWindow ? 9 : 6) : C::kScaleBlock % 8 == 0 ? 4 : 2;
+  static_assert(Plan::kChunks % kWindow == 0, "window must divide the chunks per step");
+
+  const SparsePrefillArgs& a;
+  const Smem& s;
+  const unsigned char* kv;  // cache base + this lane's 16-byte column offset
+  const float* scales;      // kv_scales
+  u64 policy;
+  int g, c;
+  // `c` laundered through an empty asm once per step: per-chunk values derived from the lane (scale
+  // group indices, group boundaries) are then recomputed each step instead of being hoisted out of
+  // the step loop into 36 chunks' worth of live registers.
+  int cv;
+  u32 sw;
+  u32 cur[2][2], nxt[2][2];  // [block of the step][k]: row g + 32 k, kNoRow when invalid
+  u32 raw[kWindow][4];
+  Scales sc[kWindow];
+
+  // Loads chunk J of a step (rows from `rows`) into ring slot J % kWindow.
+  template <int J>
+  MJ_DEVICE void load(const u32 (&rows)[2][2]) {
+    constexpr int h = Plan::half_of(J), k = Plan::row_of(J), tile = Plan::tile_of(J), slot = J % kWindow;
+    const u32 row = rows[Plan::stage(h)][k];
+    if (row != kNoRow) {
+      sm90::ldg128_policy<64 * tile>(kv + static_cast<u64>(row) * kQkDim, policy, raw[slot][0], raw[slot][1],
+                                     raw[slot][2], raw[slot][3]);
+      if constexpr (Scales::kPerChunk >= 1) {
+        const float* rs = scales + static_cast<u64>(row) * C::kScalesPerToken;
+        const int u = 4 * tile + cv;
+        sc[slot].v[0] = sm90::ldg_f32_ordered(rs + (16 * u) / C::kScaleBlock);
+        if constexpr (Scales::kPerChunk == 2)
+          sc[slot].v[1] = sm90::ldg_f32_ordered(rs + (16 * u + (C::kScaleBlock % 8 == 0 ? 8 : 15)) / C::kScaleBlock);
+      }
+    } else {
+      raw[slot][0] = raw[slot][1] = raw[slot][2] = raw[slot][3] = 0u;
+      if constexpr (Scales::kPerChunk >= 1) sc[slot].v[0] = 0.0f;
+      if constexpr (Scales::kPerChunk == 2) sc[slot].v[1] = 0.0f;
+    }
+  }
+
+  template <int I>
+  MJ_DEVICE void chunk(u32 empty_parity) {
+    constexpr int h = Plan::half_of(I), k = Plan::row_of(I), tile = Plan::tile_of(I), slot = I % kWindow;
+    constexpr int st = Plan::stage(h), side = Plan::side(h);
+    if constexpr (I == Plan::first_chunk(h)) {
+      sm90::mbar_wait(s.empty[st][side], empty_parity);
+      if constexpr (side == st) {  // a stage's first half: publish its key bias / per-row scales
+        if (c == 0) {
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk) {
+            const u32 row = cur[st][kk];
+            s.bias[st * 64 + g + 32 * kk] = row != kNoRow ? 0.0f : neg_inf();
+            if constexpr (C::kRowScale) s.colscale[st * 64 + g + 32 * kk] = row != kNoRow ? __ldg(scales + row) : 0.0f;
+          }
+        }
+      }
+    }
+    // Pin the slot here: otherwise the compiler hoists the decode of every prefetched chunk up to
+    // its load, which holds far more registers than the ring itself.
+#pragma unroll
+    for (int w = 0; w < 4; ++w) asm volatile("" : "+r"(raw[slot][w]));
+    if constexpr (Scales::kPerChunk >= 1) asm volatile("" : "+f"(sc[slot].v[0]));
+    if constexpr (Scales::kPerChunk == 2) asm volatile("" : "+f"(sc[slot].v[1]));
+    u32 out[8];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      out[2 * w] = e4m3_pair_to_bf16x2_biased(raw[slot][w], 0x1404u);
+      out[2 * w + 1] = e4m3_pair_to_bf16x2_biased(raw[slot][w], 0x3424u);
+    }
+    // Always scaled (by 2^56 at least): the bit-moved value K * 2^-120 would put P V products in
+    // the f32 subnormal range, where the tensor cores may flush them.
+    if constexpr (C::kGroupScale) {
+      u32 hi[8], lo[8];
+      chunk_multipliers<C>(sc[slot], 4 * tile + cv, hi, lo);
+#pragma unroll
+      for (int w = 0; w < 8; ++w) out[w] = fma_bf16x2(out[w], hi[w], mul_bf16x2(out[w], lo[w]));
+    } else {
+#pragma unroll
+      for (int w = 0; w < 8; ++w) out[w] = mul_bf16x2(out[w], kBf16x2TwoPow56);  // exact
+    }
+    const u32 dst = s.k[st] + tile * kTileBytes + static_cast<u32>(g + 32 * k) * 128u;
+    sm90::sts128(dst + (((2u * c) ^ sw) << 4), out[0], out[1], out[2], out[3]);
+    sm90::sts128(dst + (((2u * c + 1u) ^ sw) << 4), out[4], out[5], out[6], out[7]);
+    // Refill the slot with the chunk kWindow ahead (the next step's once past this one).
+    if constexpr (I + kWindow < Plan::kChunks) {
+      load<I + kWindow>(cur);
+    } else {
+      load<I + kWindow - Plan::kChunks>(nxt);
+    }
+    if constexpr (I == Plan::first_chunk(h) + 2 * Plan::tiles(h) - 1) {
+      if constexpr (C::kProducerFence) sm90::fence_proxy_async_smem();
+      sm90::mbar_arrive(s.full[st][side]);  // release; the consumers fence after acquiring (wait_full)
+    }
+    if constexpr (I + 1 < Plan::kChunks) chunk<I + 1>(empty_parity);
+  }
+
+  template <int I>
+  MJ_DEVICE void prefetch() {
+    load<I>(cur);
+    if constexpr (I + 1 < kWindow) prefetch<I + 1>();
+  }
+};
+
+template <class C>
+MJ_DEVICE void produce_fp8(const SparsePrefillArgs& a, const Smem& s, i64 token, int topk_len, int steps) {
+  const int t = static_cast<int>(threadIdx.x) - 256;
+  Fp8Producer<C> p{a, s};
+  p.g = t >> 2;
+  p.c = t & 3;
+  p.kv = static_cast<const unsigned char*>(a.kv_blocks) + p.c * 16;
+  p.scales = a.kv_scales;
+  p.policy = sm90::l2_policy_evict_last();
+  p.sw = static_cast<u32>(p.g) & 7u;
+  const u32* token_indices = a.indices + token * a.indices_stride;
+  auto resolve_step = [&](int step, u32 (&rows)[2][2]) {
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k)
+        rows[b][k] = step < steps ? resolve_slot<C>(a, token_indices, (2 * step + b) * kBlockKeys + p.g + 32 * k, topk_len)
+                                  : kNoRow;
+    }
+  };
+  resolve_step(0, p.cur);
+  p.cv = p.c;
+  p.template prefetch<0>();
+  for (int step = 0; step < steps; ++step) {
+    resolve_step(step + 1, p.nxt);
+    asm volatile("" : "+r"(p.cv));
+    p.template chunk<0>((static_cast<u32>(step) & 1u) ^ 1u);
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) p.cur[b][k] = p.nxt[b][k];
+    }
+  }
+}
+
+// ---- consumers ----------------------------------------------------------------------------------
+// Per-thread view of the 64-row tiles: warp w of the warpgroup, lane = 4 gid + tig; rows
+// r0 = 16 w + gid and r1 = r0 + 8; score register 4 j + {0,1} -> row r0, columns 8 j + 2 tig + {0,1};
+// 4 j + {2,3} -> row r1, same columns (see common/wgmma.cuh).
+struct Lane {
+  int wg, w, gid, tig, r0, r1;
+};
+
+// Waits until a stage half is full and makes it readable by wgmma. The producer's writes (cp.async
+// or st.shared) are generic-proxy writes, wgmma reads through the async proxy: the proxy fence sits
+// in the causality chain producer store -> mbarrier release -> this acquire -> fence -> wgmma. It is
+// issued here rather than by the producer because a fence there would also wait for the producer's
+// in-flight row loads (MEMBAR.ALL.CTA), draining its prefetch window at every half.
+template <class C>
+MJ_DEVICE void wait_full(const Smem& s, int stage, int half, u32 parity) {
+  sm90::mbar_wait(s.full[stage][half], parity);
+  if constexpr (C::kConsumerFence) sm90::fence_proxy_async_smem();
+  sm90::wgmma_fence();
+}
+
+// Q K^T over column tiles [T0, T1) of a stage; `clear` zeroes the accumulator on the first k-step.
+template <int T0, int T1>
+MJ_DEVICE void issue_qk(float (&p)[32], u64 dq, u64 dk, bool clear) {
+#pragma unroll
+  for (int tile = T0; tile < T1; ++tile) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const u32 off = tile * kTileBytes + kk * 32;
+      sm90::wgmma_m64n64k16_ss_kk(p, sm90::desc_advance(dq, off), sm90::desc_advance(dk, off),
+                                  (clear && tile == T0 && kk == 0) ? 0u : 1u);
+    }
+  }
+}
+
+// O[:, half] += P (registers) V[keys of the stage, 256 dims starting at tile v_tile0].
+MJ_DEVICE void issue_pv_rs(float (&o)[128], const u32 (&ps)[16], u64 dv) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const u32 a[4] = {ps[4 * kk], ps[4 * kk + 1], ps[4 * kk + 2], ps[4 * kk + 3]};
+    sm90::wgmma_m64n256k16_rs_mn(o, a, sm90::desc_advance(dv, kk * 16 * 128), 1u);
+  }
+}
+// O[:, half] += P (shared memory, the other warpgroup's) V[...].
+MJ_DEVICE void issue_pv_ss(float (&o)[128], u64 dp, u64 dv) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    sm90::wgmma_m64n256k16_ss_kmn(o, sm90::desc_advance(dp, kk * 32), sm90::desc_advance(dv, kk * 16 * 128), 1u);
+  }
+}
+
+// Scaled, masked scores in the exp2 domain; returns the thread's row maxima (quad-reduced).
+template <class C>
+MJ_DEVICE void scale_mask_scores(float (&p)[32], const Smem& s, int stage, const Lane& ln, float mult, float& mx0,
+                                 float& mx1) {
+  mx0 = neg_inf();
+  mx1 = neg_inf();
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int col = 8 * j + 2 * ln.tig;
+    const float b0 = s.bias[stage * 64 + col], b1 = s.bias[stage * 64 + col + 1];
+    float m0 = mult, m1 = mult;
+    if constexpr (C::kRowScale) {
+      m0 *= s.colscale[stage * 64 + col];
+      m1 *= s.colscale[stage * 64 + col + 1];
+    }
+    p[4 * j + 0] = __fmaf_rn(p[4 * j + 0], m0, b0);
+    p[4 * j + 1] = __fmaf_rn(p[4 * j + 1], m1, b1);
+    p[4 * j + 2] = __fmaf_rn(p[4 * j + 2], m0, b0);
+    p[4 * j + 3] = __fmaf_rn(p[4 * j + 3], m1, b1);
+    mx0 = fmaxf(mx0, fmaxf(p[4 * j + 0], p[4 * j + 1]));
+    mx1 = fmaxf(mx1, fmaxf(p[4 * j + 2], p[4 * j + 3]));
+  }
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xFFFFFFFFu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xFFFFFFFFu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xFFFFFFFFu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xFFFFFFFFu, mx1, 2));
+}
+
+// p <- exp2(p - max) per row, row sums added to l (thread-partial), P scaled by per-row fp8 scales.
+template <class C>
+MJ_DEVICE void exponentiate(float (&p)[32], const Smem& s, int stage, const Lane& ln, float m0, float m1, float& l0,
+                            float& l1) {
+  float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    p[4 * j + 0] = ex2(p[4 * j + 0] - m0);
+    p[4 * j + 1] = ex2(p[4 * j + 1] - m0);
+    p[4 * j + 2] = ex2(p[4 * j + 2] - m1);
+    p[4 * j + 3] = ex2(p[4 * j + 3] - m1);
+    sum0 += p[4 * j + 0] + p[4 * j + 1];
+    sum1 += p[4 * j + 2] + p[4 * j + 3];
+  }
+  l0 += sum0;
+  l1 += sum1;
+  // Keeps the row sums here: deferring them past the P V issue costs the registers of the unscaled P.
+  asm volatile("" : "+f"(l0), "+f"(l1));
+  if constexpr (C::kRowScale) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int col = 8 * j + 2 * ln.tig;
+      const float c0 = s.colscale[stage * 64 + col], c1 = s.colscale[stage * 64 + col + 1];
+      p[4 * j + 0] *= c0;
+      p[4 * j + 1] *= c1;
+      p[4 * j + 2] *= c0;
+      p[4 * j + 3] *= c1;
+    }
+  }
+}
+
+MJ_DEVICE void pack_p(const float (&p)[32], u32 (&ps)[16], float f0, float f1) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const float f = (i & 1) ? f1 : f0;  // word 2j -> row r0, word 2j+1 -> row r1
+    ps[i] = pack_bf16x2(p[2 * i] * f, p[2 * i + 1] * f);
+  }
+}
+MJ_DEVICE void pack_p(const float (&p)[32], u32 (&ps)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) ps[i] = pack_bf16x2(p[2 * i], p[2 * i + 1]);
+}
+
+MJ_DEVICE void scale_rows(float (&o)[128], float f0, float f1) {
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    o[4 * j + 0] *= f0;
+    o[4 * j + 1] *= f0;
+    o[4 * j + 2] *= f1;
+    o[4 * j + 3] *= f1;
+  }
+}
+
+// P (bf16 fragment, 64x64) to a 128-byte-swizzled K-major tile with stmatrix: k-slice kk holds
+// matrices (rows 0-7 | 8-15 of the warp) x (columns 16kk + 0..7 | 8..15).
+MJ_DEVICE void store_p(u32 tile, const u32 (&ps)[16], const Lane& ln, int lane) {
+  const int m = lane >> 3;
+  const u32 row = static_cast<u32>(16 * ln.w + (m & 1) * 8 + (lane & 7));
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    sm90::stmatrix_x4(tile + sm90::sw128_offset(row, static_cast<u32>(2 * kk + (m >> 1))), ps[4 * kk], ps[4 * kk + 1],
+                      ps[4 * kk + 2], ps[4 * kk + 3]);
+  }
+}
+
+// The fp8 tile holds K * 2^-64 (see the header); scores and output multiply it back.
+template <class C>
+MJ_DEVICE float tile_unscale() {
+  return C::kFp8 ? kTwoPow64 : 1.0f;
+}
+template <class C>
+MJ_DEVICE float score_multiplier(const SparsePrefillArgs& a) {
+  return a.sm_scale_log2e * tile_unscale<C>();
+}
+
+// Loads this CTA's query rows (zero rows past kHeadsPerCta) into the swizzled Q tile.
+template <class C>
+MJ_DEVICE void load_q(const SparsePrefillArgs& a, const Smem& s, i64 token, int head0) {
+  const int t = static_cast<int>(threadIdx.x);  // 0..255
+  const unsigned char* q = static_cast<const unsigned char*>(a.q) +
+                           (token * C::kNumHeads + head0) * static_cast<i64>(kQkDim * 2);
+  constexpr int kChunksPerRow = kQkDim * 2 / 16;  // 72
+  const u64 policy = sm90::l2_policy_evict_first();  // read once: keep L2 for the gathered rows
+#pragma unroll
+  for (int i = 0; i < kTileRows * kChunksPerRow / 256; ++i) {
+    const int id = t + 256 * i;
+    const int row = id / kChunksPerRow, rest = id % kChunksPerRow;
+    const bool valid = row < C::kHeadsPerCta;
+    const u32 dst = s.q + (rest >> 3) * kTileBytes + sm90::sw128_offset(static_cast<u32>(row), static_cast<u32>(rest & 7));
+    sm90::cp_async_16_zfill(dst, valid ? q + static_cast<i64>(row) * (kQkDim * 2) + rest * 16 : q, valid, policy);
+  }
+  sm90::cp_async_wait_all();
+  sm90::fence_proxy_async_smem();
+  sm90::named_bar_sync(kBarQReady, 256);
+}
+
+// Epilogue shared by both consumer warpgroups: total row sums, normalisation, bf16 staging in the
+// Q space, coalesced 16-byte stores; lse from WG0.
+template <class C>
+MJ_DEVICE void finish(const SparsePrefillArgs& a, const Smem& s, const Lane& ln, int lane, i64 token, int head0,
+                      float (&o)[128], float m0, float m1, float l0, float l1) {
+  l0 += __shfl_xor_sync(0xFFFFFFFFu, l0, 1);
+  l0 += __shfl_xor_sync(0xFFFFFFFFu, l0, 2);
+  l1 += __shfl_xor_sync(0xFFFFFFFFu, l1, 1);
+  l1 += __shfl_xor_sync(0xFFFFFFFFu, l1, 2);
+  if (ln.tig == 0) {
+    s.rowsum[ln.wg * 64 + ln.r0] = l0;
+    s.rowsum[ln.wg * 64 + ln.r1] = l1;
+  }
+  sm90::named_bar_sync(kBarRowSum, 256);  // also: both warpgroups' wgmma are done, Q space is free
+  const float L0 = s.rowsum[ln.r0] + s.rowsum[64 + ln.r0];
+  const float L1 = s.rowsum[ln.r1] + s.rowsum[64 + ln.r1];
+  const float out_mult = tile_unscale<C>();
+  auto row_factor = [&](int r, float L, float m) {
+    if (L == 0.0f) return 0.0f;  // no valid slot: out = 0 whatever the sink
+    float den = L;
+    if constexpr (C::kSink) {
+      if (r < C::kHeadsPerCta) den += ex2(__ldg(a.attn_sink + head0 + r) * kLog2e - m);
+    }
+    return out_mult / den;
+  };
+  const float f0 = row_factor(ln.r0, L0, m0), f1 = row_factor(ln.r1, L1, m1);
+
+  if constexpr (C::kEmitLse) {
+    if (ln.wg == 0 && ln.tig == 0) {
+      float* lse = a.lse + token * C::kNumHeads + head0;
+      if (ln.r0 < C::kHeadsPerCta) lse[ln.r0] = L0 == 0.0f ? pos_inf() : (m0 + lg2(L0)) * kLn2;
+      if (ln.r1 < C::kHeadsPerCta) lse[ln.r1] = L1 == 0.0f ? pos_inf() : (m1 + lg2(L1)) * kLn2;
+    }
+  }
+
+  // Stage: row r of the output at s.q + r * 1024, 16-byte chunk c (of 64) at (c ^ (r % 8)).
+  const int m = lane >> 3;
+  const u32 row = static_cast<u32>(16 * ln.w + (m & 1) * 8 + (lane & 7));
+#pragma unroll
+  for (int kk = 0; kk < 16; ++kk) {
+    const u32 chunk = static_cast<u32>(32 * ln.wg + 2 * kk + (m >> 1));
+    sm90::stmatrix_x4(s.q + row * 1024u + ((chunk ^ (row & 7u)) << 4), pack_bf16x2(o[8 * kk + 0] * f0, o[8 * kk + 1] * f0),
+                      pack_bf16x2(o[8 * kk + 2] * f1, o[8 * kk + 3] * f1),
+                      pack_bf16x2(o[8 * kk + 4] * f0, o[8 * kk + 5] * f0),
+                      pack_bf16x2(o[8 * kk + 6] * f1, o[8 * kk + 7] * f1));
+  }
+  sm90::named_bar_sync(ln.wg == 0 ? kBarOutWg0 : kBarOutWg1, 128);
+  const int t = static_cast<int>(threadIdx.x) & 127;
+  unsigned char* out = static_cast<unsigned char*>(a.out) + (token * C::kNumHeads + head0) * static_cast<i64>(kVDim * 2);
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {
+    const int r = (t >> 5) + 4 * k;
+    const u32 chunk = static_cast<u32>(32 * ln.wg + (t & 31));
+    if (r < C::kHeadsPerCta) {
+      u32 x, y, z, w;
+      sm90::lds128(s.q + static_cast<u32>(r) * 1024u + ((chunk ^ (static_cast<u32>(r) & 7u)) << 4), x, y, z, w);
+      // Streaming store (.cs, evict first): the output is not re-read; keep L2 for the gathered rows.
+      asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(out + static_cast<i64>(r) * (kVDim * 2) + chunk * 16),
+                   "r"(x), "r"(y), "r"(z), "r"(w)
+                   : "memory");
+    }
+  }
+}
+
+// WG0: scores stage 0 (even blocks), owns output columns 0..255.
+template <class C>
+MJ_DEVICE void consume_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane& ln, int lane, i64 token, int head0,
+                           int steps) {
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  float p[32];
+  u32 ps[16];
+  float m0 = kMaxInit, m1 = kMaxInit, l0 = 0.0f, l1 = 0.0f;
+  const float mult = score_multiplier<C>(a);
+  const u64 dq = sm90::smem_desc_sw128(s.q, 16, 1024);
+  const u64 dk0 = sm90::smem_desc_sw128(s.k[0], 16, 1024);
+  const u64 dv0 = sm90::smem_desc_sw128(s.k[0], kTileBytes, 1024);  // V0 left: tiles 0..3
+  const u64 dv1 = sm90::smem_desc_sw128(s.k[1], kTileBytes, 1024);  // V1 left
+  const u32 p0_tile = s.k[0] + 8 * kTileBytes;                      // P0 in stage 0's rope tile
+  const u64 dp1 = sm90::smem_desc_sw128(s.p1, 16, 1024);
+
+  if (steps > 0) {
+    wait_full<C>(s, 0, 0, 0);
+    issue_qk<0, kLeftTiles>(p, dq, dk0, true);
+    wait_full<C>(s, 0, 1, 0);
+    issue_qk<kLeftTiles, kQkTiles>(p, dq, dk0, false);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(p);
+  }
+  for (int step = 0; step < steps; ++step) {
+    const u32 parity = static_cast<u32>(step) & 1u;
+    float mx0, mx1;
+    scale_mask_scores<C>(p, s, 0, ln, mult, mx0, mx1);
+    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+    const float alpha0 = ex2(m0 - n0), alpha1 = ex2(m1 - n1);
+    scale_rows(o, alpha0, alpha1);
+    l0 *= alpha0;
+    l1 *= alpha1;
+    exponentiate<C>(p, s, 0, ln, n0, n1, l0, l1);
+    pack_p(p, ps);
+    if (ln.tig == 0) {
+      s.max[ln.r0] = n0;
+      s.max[ln.r1] = n1;
+    }
+    m0 = n0;
+    m1 = n1;
+    sm90::named_bar_arrive(kBarWg0Max, 256);
+
+    sm90::wgmma_fence();
+    issue_pv_rs(o, ps, dv0);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(o);
+    sm90::mbar_arrive(s.empty[0][0]);  // stage 0 left: scored and multiplied
+
+    sm90::named_bar_sync(kBarWg1Max, 256);
+    const float f0 = ex2(m0 - s.max[ln.r0]), f1 = ex2(m1 - s.max[ln.r1]);
+    m0 = s.max[ln.r0];
+    m1 = s.max[ln.r1];
+    pack_p(p, ps, f0, f1);
+    store_p(p0_tile, ps, ln, lane);
+    sm90::fence_proxy_async_smem();
+    sm90::named_bar_arrive(kBarS0Ready, 256);
+    scale_rows(o, f0, f1);
+    l0 *= f0;
+    l1 *= f1;
+
+    sm90::named_bar_sync(kBarS1Ready, 256);
+    sm90::wgmma_fence();
+    issue_pv_ss(o, dp1, dv1);
+    sm90::wgmma_commit();
+    if (step + 1 < steps) {
+      wait_full<C>(s, 0, 0, parity ^ 1u);
+      issue_qk<0, kLeftTiles>(p, dq, dk0, true);
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<1>();
+      sm90::mbar_arrive(s.empty[1][0]);  // stage 1 left: multiplied
+      wait_full<C>(s, 0, 1, parity ^ 1u);
+      issue_qk<kLeftTiles, kQkTiles>(p, dq, dk0, false);
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+    } else {
+      sm90::wgmma_wait<0>();
+      sm90::mbar_arrive(s.empty[1][0]);
+    }
+    sm90::fence_regs(o);
+    sm90::fence_regs(p);
+  }
+  finish<C>(a, s, ln, lane, token, head0, o, m0, m1, l0, l1);
+}
+
+// WG1: scores stage 1 (odd blocks), owns output columns 256..511.
+template <class C>
+MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane& ln, int lane, i64 token, int head0,
+                           int steps) {
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  float p[32];
+  u32 ps[16];
+  float m0 = kMaxInit, m1 = kMaxInit, l0 = 0.0f, l1 = 0.0f;
+  const float mult = score_multiplier<C>(a);
+  const u64 dq = sm90::smem_desc_sw128(s.q, 16, 1024);
+  const u64 dk1 = sm90::smem_desc_sw128(s.k[1], 16, 1024);
+  const u64 dv1 = sm90::smem_desc_sw128(s.k[1] + kLeftTiles * kTileBytes, kTileBytes, 1024);  // V1 right: tiles 4..7
+  const u64 dv0 = sm90::smem_desc_sw128(s.k[0] + kLeftTiles * kTileBytes, kTileBytes, 1024);  // V0 right
+  const u64 dp0 = sm90::smem_desc_sw128(s.k[0] + 8 * kTileBytes, 16, 1024);
+
+  for (int step = 0; step < steps; ++step) {
+    const u32 parity = static_cast<u32>(step) & 1u;
+    wait_full<C>(s, 1, 1, parity);
+    issue_qk<kLeftTiles, kQkTiles>(p, dq, dk1, true);
+    wait_full<C>(s, 1, 0, parity);
+    issue_qk<0, kLeftTiles>(p, dq, dk1, false);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(p);
+
+    float mx0, mx1;
+    scale_mask_scores<C>(p, s, 1, ln, mult, mx0, mx1);
+    sm90::named_bar_sync(kBarWg0Max, 256);
+    const float n0 = fmaxf(s.max[ln.r0], mx0), n1 = fmaxf(s.max[ln.r1], mx1);
+    const float alpha0 = ex2(m0 - n0), alpha1 = ex2(m1 - n1);
+    scale_rows(o, alpha0, alpha1);
+    l0 *= alpha0;
+    l1 *= alpha1;
+    exponentiate<C>(p, s, 1, ln, n0, n1, l0, l1);
+    pack_p(p, ps);
+    if (ln.tig == 0) {
+      s.max[ln.r0] = n0;
+      s.max[ln.r1] = n1;
+    }
+    m0 = n0;
+    m1 = n1;
+    sm90::named_bar_arrive(kBarWg1Max, 256);
+
+    sm90::wgmma_fence();
+    issue_pv_rs(o, ps, dv1);
+    sm90::wgmma_commit();
+    store_p(s.p1, ps, ln, lane);
+    sm90::named_bar_sync(kBarS0Ready, 256);
+    sm90::wgmma_fence();
+    issue_pv_ss(o, dp0, dv0);
+    sm90::wgmma_commit();
+    sm90::fence_proxy_async_smem();
+    sm90::named_bar_arrive(kBarS1Ready, 256);
+    sm90::wgmma_wait<1>();
+    sm90::mbar_arrive(s.empty[1][1]);  // stage 1 right (and its rope tile): done
+    sm90::wgmma_wait<0>();
+    sm90::mbar_arrive(s.empty[0][1]);  // stage 0 right (and P0 in its rope tile): done
+    sm90::fence_regs(o);
+  }
+  finish<C>(a, s, ln, lane, token, head0, o, m0, m1, l0, l1);
+}
+
+template <class C>
+MJ_DEVICE void run(const SparsePrefillArgs& args) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const Smem s = [&] {
+    Smem r = carve_smem(smem_raw, C::kMiscBytes);
+    r.max = reinterpret_cast<float*>(smem_raw + C::kOffMax);
+    r.rowsum = reinterpret_cast<float*>(smem_raw + C::kOffRowSum);
+    r.bias = reinterpret_cast<float*>(smem_raw + C::kOffBias);
+    r.colscale = reinterpret_cast<float*>(smem_raw + C::kOffColScale);
+    return r;
+  }();
+  const i64 token = static_cast<i64>(blockIdx.x) / C::kCtasPerToken;
+  const int head0 = static_cast<int>(blockIdx.x % C::kCtasPerToken) * C::kHeadsPerCta;
+  const long long len = static_cast<long long>(__ldg(args.topk_lengths + token));
+  const int topk_len = static_cast<int>(len < args.indices_stride ? len : args.indices_stride);
+  const int steps = (topk_len + 2 * kBlockKeys - 1) / (2 * kBlockKeys);
+  const int wg = static_cast<int>(threadIdx.x) / 128;
+
+  if (threadIdx.x == 0) {
+    const u32 full_count = C::kFp8 ? 128u : 256u;  // fp8: plain arrivals; bf16: + one cp.async arrival each
+#pragma unroll
+    for (int st = 0; st < 2; ++st) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        sm90::mbar_init(s.full[st][h], full_count);
+        sm90::mbar_init(s.empty[st][h], 128u);
+      }
+    }
+    sm90::mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 2) {
+    sm90::setmaxnreg_dec<C::kProducerRegs>();
+    if constexpr (C::kFp8) {
+      produce_fp8<C>(args, s, token, topk_len, steps);
+    } else {
+      produce_bf16<C>(args, s, token, topk_len, steps);
+    }
+  } else {
+    sm90::setmaxnreg_inc<C::kConsumerRegs>();
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    Lane ln;
+    ln.wg = wg;
+    ln.w = (static_cast<int>(threadIdx.x) >> 5) & 3;
+    ln.gid = lane >> 2;
+    ln.tig = lane & 3;
+    ln.r0 = 16 * ln.w + ln.gid;
+    ln.r1 = ln.r0 + 8;
+    load_q<C>(args, s, token, head0);
+    if (wg == 0) {
+      consume_wg0<C>(args, s, ln, lane, token, head0, steps);
+    } else {
+      consume_wg1<C>(args, s, ln, lane, token, head0, steps);
+    }
+  }
+}
+
+}  // namespace sparse_prefill_sm90
+}  // namespace mj
