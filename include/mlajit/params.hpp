@@ -31,6 +31,19 @@ struct PagedKVCacheParams {
   int quantization_granularity = 0; // fp8 only: elements sharing one scale (0 = head_size)
   ScaleFmt scale_fmt = ScaleFmt::fp32;
 
+  // Every field in JSON order: `v("name", field)` per field. One list drives JSON, hashing,
+  // equality and knob access (src/core/params.cpp), so a new field is declared once.
+  template <class Self, class V>
+  static void fields(Self& p, V& v) {
+    v("dtype", p.dtype);
+    v("num_heads", p.num_heads);
+    v("head_size", p.head_size);
+    v("page_size", p.page_size);
+    v("is_mla", p.is_mla);
+    v("num_layers", p.num_layers);
+    v("quantization_granularity", p.quantization_granularity);
+    v("scale_fmt", p.scale_fmt);
+  }
   bool quantized() const { return dtype == DType::fp8_e4m3; }
   int kv_dim() const { return is_mla ? 1 : 2; }
   int granularity() const { return quantization_granularity > 0 ? quantization_granularity : head_size; }
@@ -43,6 +56,14 @@ struct KvCacheStoreParams {
   PagedKVCacheParams cache;
   DType input_dtype = DType::bf16;  // bf16 | f16 | f32
   int threads = 0;                  // tuning knob: threads per block (0 = auto, else 32..1024, multiple of 32)
+  // Every field in JSON order: `v("name", field)` per field. One list drives JSON, hashing,
+  // equality and knob access (src/core/params.cpp), so a new field is declared once.
+  template <class Self, class V>
+  static void fields(Self& p, V& v) {
+    PagedKVCacheParams::fields(p.cache, v);
+    v("input_dtype", p.input_dtype);
+    v("threads", p.threads);
+  }
   void validate() const;
 };
 
@@ -51,6 +72,14 @@ struct KvCacheGatherParams {
   PagedKVCacheParams cache;
   DType output_dtype = DType::bf16;  // bf16 | f32
   int threads = 0;                   // 0 = auto
+  // Every field in JSON order: `v("name", field)` per field. One list drives JSON, hashing,
+  // equality and knob access (src/core/params.cpp), so a new field is declared once.
+  template <class Self, class V>
+  static void fields(Self& p, V& v) {
+    PagedKVCacheParams::fields(p.cache, v);
+    v("output_dtype", p.output_dtype);
+    v("threads", p.threads);
+  }
   void validate() const;
 };
 
@@ -58,6 +87,13 @@ struct KvCacheGatherParams {
 struct SparseIndexRemapParams {
   int page_size = 64;
   int threads = 0;                   // 0 = auto
+  // Every field in JSON order: `v("name", field)` per field. One list drives JSON, hashing,
+  // equality and knob access (src/core/params.cpp), so a new field is declared once.
+  template <class Self, class V>
+  static void fields(Self& p, V& v) {
+    v("page_size", p.page_size);
+    v("threads", p.threads);
+  }
   void validate() const;
 };
 
@@ -74,6 +110,21 @@ struct MlaIndexerParams {
   int block_q = 0;                  // query tokens per score tile (0 = heuristic)
   int block_kv = 0;                 // keys per score tile (0 = heuristic)
   int num_stages = 0;               // K-tile pipeline depth (0 = heuristic)
+  // Every field in JSON order: `v("name", field)` per field. One list drives JSON, hashing,
+  // equality and knob access (src/core/params.cpp), so a new field is declared once.
+  template <class Self, class V>
+  static void fields(Self& p, V& v) {
+    v("num_heads", p.num_heads);
+    v("depth", p.depth);
+    v("top_k", p.top_k);
+    v("page_size", p.page_size);
+    v("quantization_granularity", p.quantization_granularity);
+    v("mask", p.mask);
+    v("emit", p.emit);
+    v("block_q", p.block_q);
+    v("block_kv", p.block_kv);
+    v("num_stages", p.num_stages);
+  }
   void validate() const;
 };
 
@@ -92,18 +143,56 @@ struct SparsePrefillParams {
   DType output_dtype = DType::bf16; // bf16
   // tuning knobs
   int num_stages = 0;               // gather pipeline depth (0 = heuristic)
+  // Every field in JSON order: `v("name", field)` per field. One list drives JSON, hashing,
+  // equality and knob access (src/core/params.cpp), so a new field is declared once.
+  template <class Self, class V>
+  static void fields(Self& p, V& v) {
+    v("qkv_dtype", p.qkv_dtype);
+    v("kv_dtype", p.kv_dtype);
+    v("num_q_heads", p.num_q_heads);
+    v("qk_depth", p.qk_depth);
+    v("v_depth", p.v_depth);
+    v("b_topk", p.b_topk);
+    v("page_size", p.page_size);
+    v("scale_block_size", p.scale_block_size);
+    v("attn_sink", p.attn_sink);
+    v("emit_lse", p.emit_lse);
+    v("output_dtype", p.output_dtype);
+    v("num_stages", p.num_stages);
+  }
   void validate() const;
   int scales_per_token() const {
     return scale_block_size > 0 ? (qk_depth + scale_block_size - 1) / scale_block_size : 0;
   }
 };
 
-enum class Op { kv_cache_store, kv_cache_gather, sparse_index_remap, mla_indexer, sparse_prefill };
+// The op list: one line per op, (JSON name, params struct). The Op enum, the OpParams variant and
+// the op names are generated from it; everything else an op needs (knobs, shapes, codegen, launch,
+// tuning workload) is its definition in src/ops/<family>/ and one line of src/ops/registry.cpp.
+#define MLAJIT_FOR_EACH_OP(X)                   \
+  X(kv_cache_store, KvCacheStoreParams)         \
+  X(kv_cache_gather, KvCacheGatherParams)       \
+  X(sparse_index_remap, SparseIndexRemapParams) \
+  X(mla_indexer, MlaIndexerParams)              \
+  X(sparse_prefill, SparsePrefillParams)
+
+#define MLAJIT_OP_ENUM_(name, P) name,
+enum class Op { MLAJIT_FOR_EACH_OP(MLAJIT_OP_ENUM_) };
+#undef MLAJIT_OP_ENUM_
+#define MLAJIT_OP_COUNT_(name, P) +1
+inline constexpr int kNumOps = 0 MLAJIT_FOR_EACH_OP(MLAJIT_OP_COUNT_);
+#undef MLAJIT_OP_COUNT_
 std::string_view op_name(Op op);
 Op parse_op(std::string_view name, const std::string& field = "op");
 
-using OpParams = std::variant<KvCacheStoreParams, KvCacheGatherParams, SparseIndexRemapParams,
-                              MlaIndexerParams, SparsePrefillParams>;
+namespace detail {
+#define MLAJIT_OP_TYPE_(name, P) , P
+template <class Ignored, class... P>
+using OpVariantOf = std::variant<P...>;
+}  // namespace detail
+// One alternative per op, in op-list order (variant index == Op value).
+using OpParams = detail::OpVariantOf<void MLAJIT_FOR_EACH_OP(MLAJIT_OP_TYPE_)>;
+#undef MLAJIT_OP_TYPE_
 
 // One kernel of a config: an op and its params.
 struct KernelSpec {

@@ -6,6 +6,7 @@
 
 #include "mlajit/autotune.hpp"
 #include "mlajit/error.hpp"
+#include "ops/op_definition.hpp"
 
 namespace mlajit::autotune {
 
@@ -13,54 +14,15 @@ using nlohmann::json;
 
 namespace {
 
-// The bucketed keys come first, in the order the bucket_<op>() helpers of autotune.hpp take them.
-const std::vector<ShapeKey> kStoreKeys{
-    {"tokens", 65536, true, "new tokens written this step, across the batch (rows of x)"},
-    {"batch", 8, true, "sequences in the batch"},
-    {"context", 1024, false, "tokens already cached per sequence before this step"},
-};
-const std::vector<ShapeKey> kGatherKeys{
-    {"tokens", 65536, true, "rows gathered (rows of y)"},
-    {"batch", 8, false, "sequences the rows are drawn from"},
-    {"context", 8192, false, "cached tokens per sequence"},
-};
-const std::vector<ShapeKey> kRemapKeys{
-    {"tokens", 4096, true, "query tokens (rows of indices)"},
-    {"topk", 2048, true, "indices per token (columns of indices)"},
-    {"batch", 4, false, "sequences"},
-    {"context", 32768, false, "cached tokens per sequence (range of the logical indices)"},
-};
-const std::vector<ShapeKey> kIndexerKeys{
-    {"tokens", 4096, true, "new query tokens across the batch"},
-    {"batch", 1, true, "sequences"},
-    {"keys", 32768, true, "keys per sequence, cached + new (max_keys_per_seq)"},
-};
-const std::vector<ShapeKey> kPrefillKeys{
-    {"tokens", 4096, true, "query tokens"},
-    {"topk", 2048, true, "selected keys per token (indices_stride = topk rounded up to 128)"},
-    {"keys", 32768, false, "keys in the latent cache (s_kv)"},
-};
-
 int ceil_log2(int64_t v) {
   int l = 0;
   while (l < 62 && (int64_t{1} << l) < v) ++l;
   return l;
 }
 
-int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
-
 }  // namespace
 
-const std::vector<ShapeKey>& shape_keys(Op op) {
-  switch (op) {
-    case Op::kv_cache_store: return kStoreKeys;
-    case Op::kv_cache_gather: return kGatherKeys;
-    case Op::sparse_index_remap: return kRemapKeys;
-    case Op::mla_indexer: return kIndexerKeys;
-    case Op::sparse_prefill: return kPrefillKeys;
-  }
-  throw_error(ErrorKind::Internal, "shape_keys: unknown op {}", static_cast<int>(op));
-}
+const std::vector<ShapeKey>& shape_keys(Op op) { return ops::definition(op).shape_keys; }
 
 Shape default_shape(Op op) {
   Shape s;
@@ -157,14 +119,7 @@ ShapeBucket ShapeBucket::from_json(Op op, const json& j, const std::string& path
 ShapeBucket bucket_of(Op op, const Shape& shape) {
   Shape s = default_shape(op);
   for (const auto& [k, v] : shape) s[k] = v;
-  switch (op) {
-    case Op::kv_cache_store: return bucket_kv_cache_store(s["tokens"], s["batch"]);
-    case Op::kv_cache_gather: return bucket_kv_cache_gather(s["tokens"]);
-    case Op::sparse_index_remap: return bucket_sparse_index_remap(s["tokens"], s["topk"]);
-    case Op::mla_indexer: return bucket_mla_indexer(s["tokens"], s["batch"], s["keys"]);
-    case Op::sparse_prefill: return bucket_sparse_prefill(s["tokens"], round_up(s["topk"], 128));
-  }
-  throw_error(ErrorKind::Internal, "bucket_of: unknown op {}", static_cast<int>(op));
+  return ops::definition(op).bucket(s);
 }
 
 }  // namespace mlajit::autotune

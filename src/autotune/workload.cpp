@@ -1,7 +1,8 @@
 // make_workload: fills the shape's missing keys with the op's defaults and dispatches to the
-// family's workload (src/autotune_workload_<family>.cpp).
+// op's workload (its definition: src/ops/<family>/tuning_workload.cpp).
 #include "autotune/workloads.hpp"
 #include "mlajit/error.hpp"
+#include "ops/op_definition.hpp"
 
 namespace mlajit::autotune {
 
@@ -13,14 +14,7 @@ std::unique_ptr<Workload> make_workload(const KernelSpec& problem, const Shape& 
     MLAJIT_EXPECT(v >= 1, fmt::format("shape {}", k), v, "a positive size");
     s[k] = v;
   }
-  switch (problem.op()) {
-    case Op::kv_cache_store:
-    case Op::kv_cache_gather:
-    case Op::sparse_index_remap: return make_kv_workload(problem, s, seed);
-    case Op::mla_indexer: return make_indexer_workload(problem, s, seed);
-    case Op::sparse_prefill: return make_prefill_workload(problem, s, seed);
-  }
-  throw_error(ErrorKind::Internal, "make_workload: unknown op {}", static_cast<int>(problem.op()));
+  return ops::definition(problem.op()).make_workload(problem, s, seed);
 }
 
 }  // namespace mlajit::autotune

@@ -2,10 +2,13 @@
 #include "mlajit/params.hpp"
 
 #include <set>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
+#include "core/param_checks.hpp"
 #include "mlajit/error.hpp"
+#include "ops/op_definition.hpp"
 
 namespace mlajit {
 
@@ -113,82 +116,25 @@ struct JsonReader {
   }
 };
 
-// Cache fields are flattened into the op's params object.
-template <typename V, typename C>
-void visit_cache(C& c, V& v) {
-  v("dtype", c.dtype);
-  v("num_heads", c.num_heads);
-  v("head_size", c.head_size);
-  v("page_size", c.page_size);
-  v("is_mla", c.is_mla);
-  v("num_layers", c.num_layers);
-  v("quantization_granularity", c.quantization_granularity);
-  v("scale_fmt", c.scale_fmt);
-}
-
-template <typename V, typename P>
-void visit(P& p, V& v);
-
-template <typename V>
-void visit_store(KvCacheStoreParams& p, V& v) {
-  visit_cache(p.cache, v);
-  v("input_dtype", p.input_dtype);
-  v("threads", p.threads);
-}
-template <typename V>
-void visit_gather(KvCacheGatherParams& p, V& v) {
-  visit_cache(p.cache, v);
-  v("output_dtype", p.output_dtype);
-  v("threads", p.threads);
-}
-template <typename V>
-void visit_remap(SparseIndexRemapParams& p, V& v) {
-  v("page_size", p.page_size);
-  v("threads", p.threads);
-}
-template <typename V>
-void visit_indexer(MlaIndexerParams& p, V& v) {
-  v("num_heads", p.num_heads);
-  v("depth", p.depth);
-  v("top_k", p.top_k);
-  v("page_size", p.page_size);
-  v("quantization_granularity", p.quantization_granularity);
-  v("mask", p.mask);
-  v("emit", p.emit);
-  v("block_q", p.block_q);
-  v("block_kv", p.block_kv);
-  v("num_stages", p.num_stages);
-}
-template <typename V>
-void visit_prefill(SparsePrefillParams& p, V& v) {
-  v("qkv_dtype", p.qkv_dtype);
-  v("kv_dtype", p.kv_dtype);
-  v("num_q_heads", p.num_q_heads);
-  v("qk_depth", p.qk_depth);
-  v("v_depth", p.v_depth);
-  v("b_topk", p.b_topk);
-  v("page_size", p.page_size);
-  v("scale_block_size", p.scale_block_size);
-  v("attn_sink", p.attn_sink);
-  v("emit_lse", p.emit_lse);
-  v("output_dtype", p.output_dtype);
-  v("num_stages", p.num_stages);
-}
-
+// Every field of any op's params, through the struct's fields() list.
 template <typename V>
 void visit_any(OpParams& p, V& v) {
-  std::visit(
-      [&](auto& x) {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, KvCacheStoreParams>) visit_store(x, v);
-        else if constexpr (std::is_same_v<T, KvCacheGatherParams>) visit_gather(x, v);
-        else if constexpr (std::is_same_v<T, SparseIndexRemapParams>) visit_remap(x, v);
-        else if constexpr (std::is_same_v<T, MlaIndexerParams>) visit_indexer(x, v);
-        else visit_prefill(x, v);
-      },
-      p);
+  std::visit([&](auto& x) { std::decay_t<decltype(x)>::fields(x, v); }, p);
 }
 
+#define MLAJIT_OP_NAME_(name, P) {Op::name, #name},
+constexpr std::pair<Op, const char*> kOpNames[] = {MLAJIT_FOR_EACH_OP(MLAJIT_OP_NAME_)};
+#undef MLAJIT_OP_NAME_
+
+std::string op_choices() {
+  std::string s;
+  for (auto& [k, n] : kOpNames) s += (s.empty() ? "" : " | ") + std::string(n);
+  return s;
+}
+
+}  // namespace
+
+// ---- shared checks (src/core/param_checks.hpp) --------------------------------------------------
 bool is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
 void check_threads(int threads, const std::string& field) {
@@ -200,15 +146,9 @@ void check_page_size(int page_size, const std::string& field) {
   MLAJIT_EXPECT(is_pow2(page_size) && page_size <= 4096, field, page_size, "a power of two in [1, 4096]");
 }
 
-constexpr std::pair<Op, const char*> kOpNames[] = {
-    {Op::kv_cache_store, "kv_cache_store"},
-    {Op::kv_cache_gather, "kv_cache_gather"},
-    {Op::sparse_index_remap, "sparse_index_remap"},
-    {Op::mla_indexer, "mla_indexer"},
-    {Op::sparse_prefill, "sparse_prefill"},
-};
-
-}  // namespace
+const char* scale_fmt_name(ScaleFmt f) { return enum_name(f); }
+const char* mask_name(Mask m) { return enum_name(m); }
+const char* emit_name(IndexEmit e) { return enum_name(e); }
 
 // ---- validation ---------------------------------------------------------------------------------
 void PagedKVCacheParams::validate(const std::string& p) const {
@@ -232,71 +172,12 @@ void PagedKVCacheParams::validate(const std::string& p) const {
   }
 }
 
-void KvCacheStoreParams::validate() const {
-  cache.validate("params");
-  MLAJIT_EXPECT(input_dtype == DType::bf16 || input_dtype == DType::f16 || input_dtype == DType::f32,
-                "params.input_dtype", dtype_name(input_dtype), "bf16 | f16 | f32");
-  check_threads(threads, "params.threads");
-}
-
-void KvCacheGatherParams::validate() const {
-  cache.validate("params");
-  MLAJIT_EXPECT(output_dtype == DType::bf16 || output_dtype == DType::f32, "params.output_dtype",
-                dtype_name(output_dtype), "bf16 | f32");
-  check_threads(threads, "params.threads");
-}
-
-void SparseIndexRemapParams::validate() const {
-  check_page_size(page_size, "params.page_size");
-  check_threads(threads, "params.threads");
-}
-
-void MlaIndexerParams::validate() const {
-  MLAJIT_EXPECT(num_heads == 32 || num_heads == 64 || num_heads == 128, "params.num_heads", num_heads,
-                "32 | 64 | 128");
-  MLAJIT_EXPECT(depth == 128, "params.depth", depth, "128");
-  MLAJIT_EXPECT(top_k >= 1 && top_k <= 4096, "params.top_k", top_k, "an integer in [1, 4096]");
-  check_page_size(page_size, "params.page_size");
-  MLAJIT_EXPECT(quantization_granularity >= depth, "params.quantization_granularity", quantization_granularity,
-                fmt::format(">= depth ({}): one k scale per token", depth));
-  MLAJIT_EXPECT(block_q >= 0 && block_q <= 256, "params.block_q", block_q, "0 (heuristic) or 1..256");
-  MLAJIT_EXPECT(block_kv == 0 || block_kv == 64 || block_kv == 128 || block_kv == 256, "params.block_kv", block_kv,
-                "0 (heuristic) | 64 | 128 | 256");
-  MLAJIT_EXPECT(num_stages >= 0 && num_stages <= 8, "params.num_stages", num_stages, "0 (heuristic) or 1..8");
-}
-
-void SparsePrefillParams::validate() const {
-  MLAJIT_EXPECT(qkv_dtype == DType::bf16, "params.qkv_dtype", dtype_name(qkv_dtype), "bf16");
-  MLAJIT_EXPECT(kv_dtype == DType::bf16 || kv_dtype == DType::fp8_e4m3, "params.kv_dtype", dtype_name(kv_dtype),
-                "bf16 | fp8_e4m3");
-  MLAJIT_EXPECT(num_q_heads >= 16 && num_q_heads <= 128 && num_q_heads % 16 == 0, "params.num_q_heads",
-                num_q_heads, "a multiple of 16 in [16, 128]");
-  MLAJIT_EXPECT(qk_depth == 576, "params.qk_depth", qk_depth, "576");
-  MLAJIT_EXPECT(v_depth == 512, "params.v_depth", v_depth, "512");
-  MLAJIT_EXPECT(b_topk == 64 || b_topk == 128, "params.b_topk", b_topk, "64 | 128");
-  check_page_size(page_size, "params.page_size");
-  if (kv_dtype == DType::fp8_e4m3) {
-    MLAJIT_EXPECT(scale_block_size == 0 || (scale_block_size > 0 && qk_depth % scale_block_size == 0),
-                  "params.scale_block_size", scale_block_size, "0 (unit scales) or a divisor of 576");
-  } else {
-    MLAJIT_EXPECT(scale_block_size == 0, "params.scale_block_size", scale_block_size, "0 for kv_dtype bf16");
-  }
-  MLAJIT_EXPECT(output_dtype == DType::bf16, "params.output_dtype", dtype_name(output_dtype), "bf16");
-  MLAJIT_EXPECT(num_stages >= 0 && num_stages <= 4, "params.num_stages", num_stages, "0 (heuristic) or 1..4");
-}
-
 OpParams with_heuristic_knobs(const OpParams& params) {
   OpParams p = params;
-  std::visit(
-      [](auto& x) {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, KvCacheStoreParams> || std::is_same_v<T, KvCacheGatherParams>) {
-          if (x.threads == 0) x.threads = 128;
-        } else if constexpr (std::is_same_v<T, SparseIndexRemapParams>) {
-          if (x.threads == 0) x.threads = 256;
-        }
-      },
-      p);
+  for (const auto& k : ops::definition(static_cast<Op>(p.index())).knobs) {
+    int* v = ops::knob_field(p, k.name);
+    if (v && *v == 0 && k.has_auto && k.heuristic != 0) *v = k.heuristic;
+  }
   return p;
 }
 
@@ -310,14 +191,28 @@ std::string_view op_name(Op op) {
 Op parse_op(std::string_view name, const std::string& field) {
   for (auto& [k, n] : kOpNames)
     if (name == n) return k;
-  throw_invalid(field, fmt::format("\"{}\"", name),
-                "kv_cache_store | kv_cache_gather | sparse_index_remap | mla_indexer | sparse_prefill");
+  throw_invalid(field, fmt::format("\"{}\"", name), op_choices());
 }
 
 Op KernelSpec::op() const { return static_cast<Op>(params.index()); }
 
 void KernelSpec::validate() const {
   std::visit([](const auto& p) { p.validate(); }, params);
+}
+
+namespace {
+template <size_t... I>
+bool emplace_alternative(OpParams& p, size_t index, std::index_sequence<I...>) {
+  return ((I == index ? (p.emplace<I>(), true) : false) || ...);
+}
+}  // namespace
+
+OpParams default_params(Op op) {
+  OpParams p;
+  // The variant alternative whose index is `op`, default-constructed (no per-op code).
+  if (!emplace_alternative(p, static_cast<size_t>(op), std::make_index_sequence<std::variant_size_v<OpParams>>{}))
+    throw_error(ErrorKind::Internal, "default_params: no op with index {}", static_cast<int>(op));
+  return p;
 }
 
 json params_to_json(const OpParams& p) {
@@ -329,14 +224,7 @@ json params_to_json(const OpParams& p) {
 
 OpParams params_from_json(Op op, const json& j, const std::string& path) {
   if (!j.is_object()) throw_invalid(path, j.dump(), "a JSON object of params");
-  OpParams p;
-  switch (op) {
-    case Op::kv_cache_store: p = KvCacheStoreParams{}; break;
-    case Op::kv_cache_gather: p = KvCacheGatherParams{}; break;
-    case Op::sparse_index_remap: p = SparseIndexRemapParams{}; break;
-    case Op::mla_indexer: p = MlaIndexerParams{}; break;
-    case Op::sparse_prefill: p = SparsePrefillParams{}; break;
-  }
+  OpParams p = default_params(op);
   JsonReader r{j, path, {}};
   visit_any(p, r);
   r.reject_unknown();
@@ -373,32 +261,7 @@ std::string KernelSpec::canonical() const {
   return std::string(op_name(op())) + " " + params_to_json(params).dump();
 }
 
-std::string KernelSpec::name() const {
-  const std::string op(op_name(this->op()));
-  return std::visit(
-      [&](const auto& p) -> std::string {
-        using T = std::decay_t<decltype(p)>;
-        if constexpr (std::is_same_v<T, KvCacheStoreParams> || std::is_same_v<T, KvCacheGatherParams>) {
-          const auto& c = p.cache;
-          std::string s = fmt::format("{}_{}_{}_h{}_d{}_p{}", op, c.is_mla ? "mla" : "mha", dtype_name(c.dtype),
-                                      c.num_heads, c.head_size, c.page_size);
-          if (c.quantized()) s += fmt::format("_g{}_{}", c.granularity(), enum_name(c.scale_fmt));
-          return s;
-        } else if constexpr (std::is_same_v<T, SparseIndexRemapParams>) {
-          return fmt::format("{}_p{}", op, p.page_size);
-        } else if constexpr (std::is_same_v<T, MlaIndexerParams>) {
-          return fmt::format("{}_h{}_d{}_k{}_p{}_{}_{}", op, p.num_heads, p.depth, p.top_k, p.page_size,
-                             enum_name(p.mask), enum_name(p.emit));
-        } else {
-          std::string s = fmt::format("{}_{}_h{}_t{}_p{}", op, dtype_name(p.kv_dtype), p.num_q_heads, p.b_topk,
-                                      p.page_size);
-          if (p.kv_dtype == DType::fp8_e4m3) s += fmt::format("_sb{}", p.scale_block_size);
-          if (p.attn_sink) s += "_sink";
-          return s;
-        }
-      },
-      params);
-}
+std::string KernelSpec::name() const { return ops::definition(op()).kernel_name(params); }
 
 // ---- structural hash / equality (infra: runtime memory cache) -----------------------------------
 namespace {

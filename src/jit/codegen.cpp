@@ -14,12 +14,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ops/generators.hpp"
 #include "jit/embedded_templates.hpp"
 #include "mlajit/config.hpp"
 #include "mlajit/error.hpp"
 #include "mlajit/log.hpp"
 #include "mlajit/version.hpp"
+#include "ops/op_definition.hpp"
 
 namespace mlajit {
 
@@ -40,14 +40,7 @@ KernelSource generate(const KernelSpec& requested) {
   requested.validate();
   // Auto knobs become the built-in heuristic, so "threads: 0" and "threads: 128" are one kernel.
   const KernelSpec spec{with_heuristic_knobs(requested.params)};
-  KernelSource src;
-  switch (spec.op()) {
-    case Op::kv_cache_store:
-    case Op::kv_cache_gather:
-    case Op::sparse_index_remap: src = generate_kv_cache(spec); break;
-    case Op::mla_indexer: src = generate_mla_indexer(spec); break;
-    case Op::sparse_prefill: src = generate_sparse_prefill(spec); break;
-  }
+  KernelSource src = ops::definition(spec.op()).generate(spec);
   // The contract every generator keeps; a break is a bug in mlajit, not in the caller's input.
   if (src.entries.empty())
     throw_error(ErrorKind::Internal, "generator of {} returned no entry points", src.name.empty() ? spec.name() : src.name);

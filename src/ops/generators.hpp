@@ -1,6 +1,6 @@
 #pragma once
-// The per-family source generators that jit/codegen.cpp dispatches to by op. Each lives in
-// src/gen_<family>.cpp, owned by that family's author, and returns a complete KernelSource
+// The per-family source generators that the op definitions (src/ops/<family>/definition.cpp)
+// register. Each lives in src/ops/<family>/generate.cpp and returns a complete KernelSource
 // (source_header(spec) first, then template includes, constexpr params and extern "C" entries).
 #include "mlajit/codegen.hpp"
 

@@ -1,0 +1,73 @@
+// The definition of sparse_prefill (SPEC §3): params validation, knobs, shapes and bucket, kernel
+// name, generator and tuning workload (src/ops/op_definition.hpp says what each field means).
+//
+// What lives where in this folder:
+//   definition.cpp       this file
+//   plan.hpp/.cpp        which kernel entries a spec has and the launch geometry of each
+//   generate.cpp         params -> CUDA source (templates/sparse_prefill/sm90.cuh, sm80.cuh)
+//   op.cpp, launch.hpp   the entry point: validation, path choice, launch
+//   tuning_workload.cpp  the autotuner's problem
+//   bench.cpp/.hpp       `mlajit bench sparse_prefill` (harness library, not libmlajit)
+#include "autotune/workloads.hpp"
+#include "core/param_checks.hpp"
+#include "mlajit/error.hpp"
+#include "ops/generators.hpp"
+#include "ops/op_definition.hpp"
+
+namespace mlajit {
+
+void SparsePrefillParams::validate() const {
+  MLAJIT_EXPECT(qkv_dtype == DType::bf16, "params.qkv_dtype", dtype_name(qkv_dtype), "bf16");
+  MLAJIT_EXPECT(kv_dtype == DType::bf16 || kv_dtype == DType::fp8_e4m3, "params.kv_dtype", dtype_name(kv_dtype),
+                "bf16 | fp8_e4m3");
+  MLAJIT_EXPECT(num_q_heads >= 16 && num_q_heads <= 128 && num_q_heads % 16 == 0, "params.num_q_heads",
+                num_q_heads, "a multiple of 16 in [16, 128]");
+  MLAJIT_EXPECT(qk_depth == 576, "params.qk_depth", qk_depth, "576");
+  MLAJIT_EXPECT(v_depth == 512, "params.v_depth", v_depth, "512");
+  MLAJIT_EXPECT(b_topk == 64 || b_topk == 128, "params.b_topk", b_topk, "64 | 128");
+  check_page_size(page_size, "params.page_size");
+  if (kv_dtype == DType::fp8_e4m3) {
+    MLAJIT_EXPECT(scale_block_size == 0 || (scale_block_size > 0 && qk_depth % scale_block_size == 0),
+                  "params.scale_block_size", scale_block_size, "0 (unit scales) or a divisor of 576");
+  } else {
+    MLAJIT_EXPECT(scale_block_size == 0, "params.scale_block_size", scale_block_size, "0 for kv_dtype bf16");
+  }
+  MLAJIT_EXPECT(output_dtype == DType::bf16, "params.output_dtype", dtype_name(output_dtype), "bf16");
+  MLAJIT_EXPECT(num_stages >= 0 && num_stages <= 4, "params.num_stages", num_stages, "0 (heuristic) or 1..4");
+}
+
+namespace ops {
+
+namespace {
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+}  // namespace
+
+const OpDefinition& sparse_prefill_definition() {
+  static const OpDefinition d{
+      Op::sparse_prefill,
+      // b_topk has no auto value (0 is rejected by validate()); num_stages 0 is resolved by the plan.
+      {{"b_topk", false, 0, {64, 128}}, {"num_stages", true, 0, {2, 3}}},
+      {{"tokens", 4096, true, "query tokens"},
+       {"topk", 2048, true, "selected keys per token (indices_stride = topk rounded up to 128)"},
+       {"keys", 32768, false, "keys in the latent cache (s_kv)"}},
+      [](const autotune::Shape& s) {
+        return autotune::bucket_sparse_prefill(s.at("tokens"), round_up(s.at("topk"), 128));
+      },
+      [](const OpParams& params) {
+        const auto& p = std::get<SparsePrefillParams>(params);
+        std::string s = fmt::format("sparse_prefill_{}_h{}_t{}_p{}", dtype_name(p.kv_dtype), p.num_q_heads, p.b_topk,
+                                    p.page_size);
+        if (p.kv_dtype == DType::fp8_e4m3) s += fmt::format("_sb{}", p.scale_block_size);
+        if (p.attn_sink) s += "_sink";
+        return s;
+      },
+      generate_sparse_prefill,
+      autotune::make_prefill_workload,
+  };
+  return d;
+}
+
+}  // namespace ops
+}  // namespace mlajit

@@ -1,0 +1,68 @@
+// The op registry (src/ops/registry.cpp): one definition per op, in op order, and every knob table
+// consistent with the op's own validation and generator.
+#include <doctest/doctest.h>
+
+#include "core/param_checks.hpp"
+#include "mlajit/autotune.hpp"
+#include "mlajit/codegen.hpp"
+#include "mlajit/error.hpp"
+#include "ops/op_definition.hpp"
+
+using namespace mlajit;
+
+TEST_CASE("registry: one definition per op, in MLAJIT_FOR_EACH_OP order") {
+  for (int i = 0; i < kNumOps; ++i) {
+    const Op op = static_cast<Op>(i);
+    const auto& d = ops::definition(op);
+    CHECK(d.op == op);
+    CHECK((d.generate != nullptr && d.make_workload != nullptr && d.bucket != nullptr && d.kernel_name != nullptr));
+    CHECK(!d.shape_keys.empty());
+    // Bucketed shape keys come first (the bucket's dimension order).
+    bool seen_unbucketed = false;
+    for (const auto& k : d.shape_keys) {
+      if (!k.bucketed) seen_unbucketed = true;
+      else CHECK_MESSAGE(!seen_unbucketed, op_name(op), ": bucketed key ", k.name, " after an unbucketed one");
+    }
+    // The default shape's bucket has one dimension per bucketed key.
+    int bucketed = 0;
+    for (const auto& k : d.shape_keys) bucketed += k.bucketed;
+    CHECK(autotune::bucket_of(op, autotune::default_shape(op)).ndim == bucketed);
+    CHECK(parse_op(op_name(op)) == op);
+  }
+}
+
+TEST_CASE("registry: every knob is an int field, and every value of every default space is legal") {
+  for (int i = 0; i < kNumOps; ++i) {
+    const Op op = static_cast<Op>(i);
+    const auto& d = ops::definition(op);
+    OpParams base = default_params(op);
+    if (op == Op::mla_indexer) std::get<MlaIndexerParams>(base).num_heads = 64;
+    for (const auto& k : d.knobs) {
+      INFO(op_name(op), ".", k.name);
+      REQUIRE(ops::knob_field(base, k.name) != nullptr);
+      for (int v : k.space) {
+        OpParams p = base;
+        *ops::knob_field(p, k.name) = v;
+        KernelSpec spec{p};
+        CHECK_NOTHROW(spec.validate());
+        // The generator (and the launch plan behind it) accepts it too: a knob value the plan
+        // rejects must not be in the sweep.
+        CHECK_NOTHROW(generate(spec));
+      }
+      if (k.has_auto) {
+        OpParams p = base;
+        *ops::knob_field(p, k.name) = 0;
+        CHECK(autotune::has_auto_knobs(p));
+        CHECK_NOTHROW(generate(KernelSpec{p}));
+      }
+    }
+  }
+}
+
+TEST_CASE("registry: knob access by name reaches the struct field") {
+  OpParams p = SparsePrefillParams{};
+  *ops::knob_field(p, "num_stages") = 2;
+  CHECK(std::get<SparsePrefillParams>(p).num_stages == 2);
+  CHECK(ops::knob_field(p, "no_such_field") == nullptr);
+  CHECK(ops::knob_field(p, "attn_sink") == nullptr);  // a bool, not an int knob
+}
