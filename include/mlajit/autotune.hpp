@@ -185,16 +185,9 @@ Timing time_launches(const std::function<void(Stream)>& launch, int warmup, int 
 // Tuner
 // ================================================================================================
 
-// Test-only hooks (never set them in production code): they let the test suite exercise the
-// failure paths deterministically.
-struct TestHooks {
-  // Called before a candidate is compiled; throwing an mlajit::Error there is recorded as that
-  // candidate's compile failure.
-  std::function<void(const KernelSpec&)> before_compile;
-  // Called on every candidate's read-back output before it is compared with the reference; a
-  // test corrupts one candidate's bytes to check that a wrong kernel is rejected.
-  std::function<void(const KernelSpec&, std::vector<uint8_t>& output)> tamper_output;
-};
+namespace detail {
+struct TestHooks;  // src/autotune/test_hooks.hpp: the test suite's fault injection
+}
 
 struct TuneOptions {
   std::string arch;              // compile target; "" = each device's own (no GPU: MLAJIT_ARCH)
@@ -210,7 +203,7 @@ struct TuneOptions {
   bool persist = true;           // merge winners into the tuning database
   // Progress: phase ("compile" | "time"), items done, total, the item just finished.
   std::function<void(const std::string&, size_t, size_t, const std::string&)> progress;
-  TestHooks hooks;
+  std::shared_ptr<const detail::TestHooks> test_hooks;  // tests only; null in production
 };
 
 struct CandidateDeviceResult {
@@ -344,16 +337,11 @@ class TuningIndex {
   explicit TuningIndex(const std::vector<TuningRecord>& records, const std::string& version = "");
   // The tuned params, or nullptr. O(1), no allocation.
   const OpParams* find(uint64_t device, const OpParams& problem, const ShapeBucket& bucket) const;
-  size_t size() const { return count_; }
+  size_t size() const;
 
  private:
-  struct Slot {
-    uint64_t device = 0, problem = 0, bucket = 0;
-    OpParams params;
-    bool used = false;
-  };
-  std::vector<Slot> slots_;  // open addressing, power-of-two size, load <= 1/2
-  size_t count_ = 0;
+  struct Table;                        // src/autotune/lookup.cpp
+  std::shared_ptr<const Table> table_;  // immutable once built; copies share it
 };
 
 // The process-wide index: loaded once (first lookup) from <config::cache_dir()>/tuning.json.

@@ -23,15 +23,4 @@ struct BuildResult {
 // Builds `spec` for `arch` into `cache` (nullptr: the default cache of the environment).
 BuildResult build_kernel(const KernelSpec& spec, const std::string& arch, DiskCache* cache = nullptr);
 
-// ---- the pipeline after codegen, shared by build_kernel and the Runtime (infra) ----------------
-struct KernelSource;
-struct BuiltKernel {
-  BuildResult result;
-  std::string cubin;
-};
-// key -> `cache` lookup -> (per-key lock, second lookup) -> NVRTC compile -> `cache` put.
-// `cache` nullptr: no disk cache (always compiles). Without NVRTC, an entry built for the same
-// source/arch/options by any NVRTC version is used (so a warm cache needs no NVRTC); else Error(Compile).
-BuiltKernel build_source(const KernelSource& src, const std::string& arch, DiskCache* cache);
-
 }  // namespace mlajit

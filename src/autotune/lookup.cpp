@@ -85,38 +85,53 @@ uint64_t device_key(const std::string& name, int sm_count) {
   return mix(h, static_cast<uint64_t>(sm_count), 0x5bd1e995);
 }
 
+struct TuningIndex::Table {
+  struct Slot {
+    uint64_t device = 0, problem = 0, bucket = 0;
+    OpParams params;
+    bool used = false;
+  };
+  std::vector<Slot> slots;  // open addressing, power-of-two size, load <= 1/2
+  size_t count = 0;
+};
+
 TuningIndex::TuningIndex(const std::vector<TuningRecord>& records, const std::string& version) {
   const std::string want = version.empty() ? std::string(kVersion) : version;
   size_t n = 0;
   for (const auto& r : records) n += r.version == want;
   size_t cap = 16;
   while (cap < 2 * n) cap *= 2;
-  slots_.resize(cap);
+  auto t = std::make_shared<Table>();
+  t->slots.resize(cap);
   for (const auto& r : records) {
     if (r.version != want) continue;
-    Slot s;
+    Table::Slot s;
     s.device = device_key(r.device, r.sm_count);
     s.problem = problem_hash(r.params);
     s.bucket = r.bucket.hash();
     s.params = r.params;
     s.used = true;
     size_t i = mix(s.device, s.problem, s.bucket) & (cap - 1);
-    while (slots_[i].used) {
-      const Slot& o = slots_[i];
+    while (t->slots[i].used) {
+      const Table::Slot& o = t->slots[i];
       if (o.device == s.device && o.problem == s.problem && o.bucket == s.bucket) break;  // duplicate: last wins
       i = (i + 1) & (cap - 1);
     }
-    if (!slots_[i].used) ++count_;
-    slots_[i] = std::move(s);
+    if (!t->slots[i].used) ++t->count;
+    t->slots[i] = std::move(s);
   }
+  table_ = std::move(t);
 }
 
+size_t TuningIndex::size() const { return table_ ? table_->count : 0; }
+
 const OpParams* TuningIndex::find(uint64_t device, const OpParams& problem, const ShapeBucket& bucket) const {
-  if (count_ == 0) return nullptr;
+  if (!table_ || table_->count == 0) return nullptr;
   const uint64_t ph = problem_hash(problem), bh = bucket.hash();
-  const size_t mask = slots_.size() - 1;
+  const auto& slots = table_->slots;
+  const size_t mask = slots.size() - 1;
   for (size_t i = mix(device, ph, bh) & mask;; i = (i + 1) & mask) {
-    const Slot& s = slots_[i];
+    const Table::Slot& s = slots[i];
     if (!s.used) return nullptr;
     // The variant index is part of the problem hash, but check it so that even a 64-bit hash
     // collision can never hand an op another op's params.

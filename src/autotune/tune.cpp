@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "mlajit/autotune.hpp"
+#include "autotune/test_hooks.hpp"
 #include "mlajit/build.hpp"
 #include "mlajit/cache.hpp"
 #include "mlajit/codegen.hpp"
@@ -108,7 +109,7 @@ void time_group(GroupResult& g, size_t di, const Device& dev, const TuneOptions&
         wl->run(c.spec, nullptr);
         driver::synchronize();
         std::vector<uint8_t> out = wl->read_output();
-        if (opts.hooks.tamper_output) opts.hooks.tamper_output(c.spec, out);
+        if (opts.test_hooks && opts.test_hooks->tamper_output) opts.test_hooks->tamper_output(c.spec, out);
         std::string why = wl->compare(reference, out);
         if (!why.empty()) {
           r.status = "wrong_output";
@@ -284,7 +285,7 @@ TuneReport tune(const std::vector<TuneGroup>& groups, const TuneOptions& opts) {
     JobResult& r = results[i];
     const auto tb = Clock::now();
     try {
-      if (opts.hooks.before_compile) opts.hooks.before_compile(spec);
+      if (opts.test_hooks && opts.test_hooks->before_compile) opts.test_hooks->before_compile(spec);
       for (const auto& e : generate(spec).entries) r.smem = std::max(r.smem, e.smem_bytes);
       r.build = build_kernel(spec, j.arch, cache);
     } catch (const std::exception& e) {

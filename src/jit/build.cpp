@@ -1,4 +1,5 @@
 // The build pipeline after codegen: key -> disk cache -> NVRTC -> disk cache (include/mlajit/build.hpp).
+#include "jit/build_source.hpp"
 #include "mlajit/build.hpp"
 
 #include <chrono>

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "autotune/test_hooks.hpp"
 #include "mlajit/autotune.hpp"
 #include "mlajit/driver.hpp"
 #include "mlajit/version.hpp"
@@ -118,9 +119,11 @@ TEST_CASE("a candidate with a wrong output is rejected, however fast") {
   TempDir dir("gpu_autotune");
   TuneOptions o = small_options(dir.path.string());
   // Test hook: every threads=256 output gets one byte flipped, as a kernel with a race would.
-  o.hooks.tamper_output = [](const KernelSpec& s, std::vector<uint8_t>& out) {
+  auto hooks = std::make_shared<autotune::detail::TestHooks>();
+  hooks->tamper_output = [](const KernelSpec& s, std::vector<uint8_t>& out) {
     if (std::get<KvCacheStoreParams>(s.params).threads == 256 && !out.empty()) out[out.size() / 3] ^= 0x40;
   };
+  o.test_hooks = hooks;
   const TuneReport rep = tune(store_sweep(), o);
   REQUIRE(rep.groups.size() == 1);
   const auto& g = rep.groups[0];

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "gpu/gpu_util.hpp"
+#include "jit/build_source.hpp"
 #include "mlajit/build.hpp"
 #include "mlajit/cache.hpp"
 #include "mlajit/compiler.hpp"

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "autotune/test_hooks.hpp"
 #include "mlajit/autotune.hpp"
 #include "mlajit/codegen.hpp"
 #include "mlajit/compiler.hpp"
@@ -426,10 +427,12 @@ TEST_CASE("a candidate that fails to compile is recorded and skipped, never fata
   opts.compile_only = true;
   opts.jobs = 2;
   // Test hook: the threads=64 variant fails as NVRTC would.
-  opts.hooks.before_compile = [](const KernelSpec& s) {
+  auto hooks = std::make_shared<autotune::detail::TestHooks>();
+  hooks->before_compile = [](const KernelSpec& s) {
     if (std::get<SparseIndexRemapParams>(s.params).threads == 64)
       throw Error(ErrorKind::Compile, "forced compile failure (test hook)");
   };
+  opts.test_hooks = hooks;
   const TuneReport rep = tune(groups, opts);
   REQUIRE(rep.groups.size() == 1);
   const auto& cands = rep.groups[0].candidates;

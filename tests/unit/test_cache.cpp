@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "jit/memory_cache.hpp"
+#include "jit/build_source.hpp"
 #include "mlajit/build.hpp"
 #include "mlajit/cache.hpp"
 #include "mlajit/compiler.hpp"
