@@ -14,13 +14,14 @@ namespace mlajit::cli {
 
 namespace {
 
-constexpr const char* kBenchHelp = R"(usage: mlajit bench OP [--shape k=v,...] [--reps R] [--json]
+constexpr const char* kBenchHelp = R"(usage: mlajit bench OP [--shape k=v,...] [--reps R] [--json] [--anchor LIB.so]
 ops and their shape keys (defaults in brackets):
   kv_cache_store | kv_cache_gather
       tokens [65536] heads [1] head_size [576] dtype [fp8_e4m3] io_dtype [bf16] mla [1]
       page_size [64] layers [1] granularity [0=head_size] scale_fmt [fp32] threads [128]
   mla_indexer
       heads [128] new_tokens [4096] cached_tokens [28672] top_k [2048] page_size [64] mask [causal]
+      --anchor LIB.so: also time LIB's anchor_mqa_logits (C ABI in src/ops/mla_indexer/bench.hpp)
   sparse_prefill
       s_q [4096] heads [128] topk [2048] s_kv [32768] kv_dtype [bf16] b_topk [64] page_size [64]
       scale_block_size [0] sink [0] lse [1] path [auto|sm80|sm90]
@@ -81,6 +82,15 @@ void print_summary(const std::string& op, const nlohmann::json& r) {
                 r["num_heads"].get<int>(), r["new_tokens"].get<long long>(), r["cached_tokens"].get<long long>(),
                 r["top_k"].get<int>(), r["scores_ms"].get<double>(), r["score_tflops"].get<double>(),
                 r["topk_ms"].get<double>(), r["total_ms"].get<double>());
+    if (r.contains("anchor")) {
+      const auto& an = r["anchor"];
+      if (an.contains("error"))
+        std::printf("  anchor: %s\n", an["error"].get<std::string>().c_str());
+      else
+        std::printf("  anchor scores %.3f ms (%.0f TFLOP/s): mlajit scores / anchor = %.2f, max rel diff %.1e\n",
+                    an["scores_ms"].get<double>(), an["score_tflops"].get<double>(),
+                    an["mlajit_over_anchor"].get<double>(), an["max_rel_diff"].get<double>());
+    }
   } else if (op == "sparse_prefill") {
     std::printf("sparse_prefill %s path %s: s_q %lld H %d topk %d s_kv %lld: %.3f ms median (min %.3f), %.1f TFLOP/s\n",
                 r["params"]["kv_dtype"].get<std::string>().c_str(), r["path"].get<std::string>().c_str(),
@@ -98,7 +108,7 @@ void print_summary(const std::string& op, const nlohmann::json& r) {
 }  // namespace
 
 int cmd_bench(const Argv& argv) {
-  Args args(argv, {"json", "help"}, {"shape", "reps"});
+  Args args(argv, {"json", "help"}, {"shape", "reps", "anchor"});
   args.at_most(1);
   if (args.flag("help") || args.positional().empty()) {
     std::fputs(kBenchHelp, args.flag("help") ? stdout : stderr);
@@ -107,6 +117,8 @@ int cmd_bench(const Argv& argv) {
   const std::string op = args.need(0, "OP");
   Shape shape(args.get_or("shape", ""));
   const int reps = static_cast<int>(args.get_int("reps", 0, 1, 100000));
+  if (op != "mla_indexer" && !args.get_or("anchor", "").empty())
+    throw_invalid("--anchor", args.get_or("anchor", ""), "only with OP mla_indexer");
   nlohmann::json r;
   if (op == "kv_cache_store" || op == "kv_cache_gather") {
     bench::KvCacheBenchShape s;
@@ -141,6 +153,7 @@ int cmd_bench(const Argv& argv) {
     }
     shape.done(op);
     if (reps) a.reps = reps;
+    a.anchor = args.get_or("anchor", "");
     r = bench::bench_mla_indexer(a);
   } else if (op == "sparse_prefill") {
     bench::SparsePrefillBenchArgs a;

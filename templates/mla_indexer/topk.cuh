@@ -1,8 +1,10 @@
 #pragma once
 // Indexer top-k stage: one CTA per query row of the chunk. Reads the row's visible scores from
-// the workspace, selects the top min(k, visible) exactly (common/topk_radix.cuh) and writes
-// logical positions, or encoded indices (SPEC §1 remap) for emit = physical, -1 past them.
-#include "common/topk_radix.cuh"
+// the workspace, selects the top min(k, visible) exactly (common/topk_sample.cuh: one pass over
+// the row into a shared-memory candidate list, radix select common/topk_radix.cuh as the exact
+// fallback) and writes logical positions, or encoded indices (SPEC §1 remap) for emit =
+// physical, -1 past them.
+#include "common/topk_sample.cuh"
 #include "common/types.cuh"
 #include "mla_indexer/args.h"
 #include "mla_indexer/common.cuh"
@@ -12,11 +14,11 @@ namespace indexer {
 
 struct TopkConfig {
   static constexpr int kThreads = 512;
-  static constexpr int kCandidates = 4096;  // threshold-bin candidates kept in shared memory
+  static constexpr int kMinBlocks = 2;  // CTAs per SM (registers <= 64, shared memory <= 2 x ~100 KB)
 };
 
 template <int TOP_K>
-using TopkSelect = topk::RadixTopK<TopkConfig::kThreads, TOP_K, TopkConfig::kCandidates>;
+using TopkSelect = topk::SampleTopK<TopkConfig::kThreads, TOP_K>;
 
 template <int TOP_K, int PAGE_SHIFT, bool CAUSAL, bool PHYSICAL>
 __device__ __forceinline__ void topk_rows(const MlaIndexerTopkArgs& a) {
@@ -29,12 +31,13 @@ __device__ __forceinline__ void topk_rows(const MlaIndexerTopkArgs& a) {
   if (r >= a.chunk_rows || t >= a.num_tokens) return;
   const TokenInfo ti = token_info(a.input_row_offsets, a.cache_lengths, a.batch, t, a.max_keys, CAUSAL);
   const u32 n = ti.valid ? static_cast<u32>(ti.visible) : 0u;
-  const u32 kk = Select::run(sm, a.scores + r * a.score_row_stride, n, TOP_K);
+  u32 kk = 0;
+  const u64* sel = Select::run(sm, a.scores + r * a.score_row_stride, n, TOP_K, kk);
   int* out = a.out + t * TOP_K;
   for (int s = threadIdx.x; s < TOP_K; s += TopkConfig::kThreads) {
     int v = -1;
     if (static_cast<u32>(s) < kk) {
-      const u32 pos = topk::sort_entry_pos(sm.sel[s]);
+      const u32 pos = topk::sort_entry_pos(sel[s]);
       v = PHYSICAL ? encoded_index(a.lookup_table, a.pages_per_seq, a.num_blocks, PAGE_SHIFT, ti.seq, pos)
                    : static_cast<int>(pos);
     }

@@ -1,9 +1,14 @@
 // Benchmark driver of mla_indexer; see ops/mla_indexer/bench.hpp.
 #include "ops/mla_indexer/bench.hpp"
 
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <cmath>
 #include <numeric>
+#include <string>
 #include <random>
+#include <memory>
 #include <vector>
 
 #include "mlajit/driver.hpp"
@@ -27,6 +32,36 @@ float median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
+
+using AnchorLogitsFn = int (*)(const void*, const void*, const float*, const float*, const int*, const int*, float*,
+                               long long, int, int, int, int, void*);
+using AnchorStrideFn = long long (*)(int);
+using AnchorInfoFn = const char* (*)();
+
+// The dlopen'ed anchor library (bench.hpp: C ABI); closed on destruction.
+struct Anchor {
+  void* lib = nullptr;
+  AnchorLogitsFn logits = nullptr;
+  AnchorStrideFn stride = nullptr;
+  AnchorInfoFn info = nullptr;
+  explicit Anchor(const std::string& path) {
+    lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      const char* e = dlerror();
+      throw_invalid("--anchor", path, std::string("a loadable shared library (dlopen: ") + (e ? e : "?") + ")");
+    }
+    logits = reinterpret_cast<AnchorLogitsFn>(dlsym(lib, "anchor_mqa_logits"));
+    stride = reinterpret_cast<AnchorStrideFn>(dlsym(lib, "anchor_mqa_logits_stride"));
+    info = reinterpret_cast<AnchorInfoFn>(dlsym(lib, "anchor_mqa_logits_info"));  // optional
+    if (!logits || !stride) {
+      dlclose(lib);
+      throw_invalid("--anchor", path, "a library exporting anchor_mqa_logits and anchor_mqa_logits_stride");
+    }
+  }
+  ~Anchor() { dlclose(lib); }
+  Anchor(const Anchor&) = delete;
+  Anchor& operator=(const Anchor&) = delete;
+};
 
 }  // namespace
 
@@ -80,22 +115,80 @@ nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
       voff(doff.get(), DType::u32, {2}), vout(out.get(), DType::i32, {T, a.top_k}),
       vws(ws.get(), DType::f32, {static_cast<int64_t>(std::max<size_t>(ws_bytes, 16) / 4)});
 
-  auto time_stages = [&](unsigned stages) {
-    for (int w = 0; w < 2; ++w) ops::detail::mla_indexer_run(p, vq, vqs, voff, kc, 1, keys, vout, vws, nullptr, stages);
-    driver::synchronize();
-    std::vector<float> ms;
-    driver::EventTimer timer;
-    for (int r = 0; r < a.reps; ++r) {
-      timer.start();
-      ops::detail::mla_indexer_run(p, vq, vqs, voff, kc, 1, keys, vout, vws, nullptr, stages);
-      timer.stop();
-      ms.push_back(timer.elapsed_ms());
-    }
-    return median(ms);
+  std::unique_ptr<Anchor> anchor;
+  if (!a.anchor.empty()) anchor = std::make_unique<Anchor>(a.anchor);  // bad path: throws before any timing
+
+  auto run_stages = [&](unsigned stages) {
+    ops::detail::mla_indexer_run(p, vq, vqs, voff, kc, 1, keys, vout, vws, nullptr, stages);
   };
-  const float scores_ms = time_stages(ops::detail::kIndexerScores);
-  const float topk_ms = time_stages(ops::detail::kIndexerTopk);
-  const float total_ms = time_stages(ops::detail::kIndexerScores | ops::detail::kIndexerTopk);
+  // L2 flush: a 256 MB memset (the H100's L2 is 50 MB) before every timed launch, so no stage
+  // finds its inputs in L2 left by the previous one.
+  driver::DeviceBuffer flush(size_t{256} << 20);
+  uint8_t flush_byte = 0;
+  driver::EventTimer timer;
+  auto timed = [&](auto&& fn) {
+    flush.fill_bytes(++flush_byte);
+    timer.start();
+    fn();
+    timer.stop();
+    return timer.elapsed_ms();
+  };
+
+  // The anchor's inputs: the same q, weights (qs), and layer-1 K rows and scales gathered dense.
+  nlohmann::json anchor_json;
+  driver::DeviceBuffer dk_dense(16), dks_dense(16), dstart(16), dend(16), dlogits(16);
+  long long logits_stride = 0;
+  bool anchor_ok = false;
+  const int layer = 1;
+  if (anchor) {
+    if (anchor->info) anchor_json["info"] = anchor->info();
+    std::vector<uint8_t> kd(static_cast<size_t>(keys * 128));
+    std::vector<float> ksd(static_cast<size_t>((keys + 3) / 4 * 4 + 4), 0.0f);
+    for (int64_t j = 0; j < keys; ++j) {
+      const int64_t row = (static_cast<int64_t>(lut[j / a.page_size]) * layers + layer) * a.page_size + j % a.page_size;
+      std::copy_n(kb.begin() + row * 128, 128, kd.begin() + j * 128);
+      ksd[j] = ks[row];
+    }
+    std::vector<int> ks_row(static_cast<size_t>(T), 0), ke_row(static_cast<size_t>(T));
+    for (int64_t i = 0; i < T; ++i) ke_row[i] = static_cast<int>(a.mask == Mask::causal ? L + i + 1 : keys);
+    dk_dense = up(kd.data(), kd.size());
+    dks_dense = up(ksd.data(), ksd.size() * 4);
+    dstart = up(ks_row.data(), ks_row.size() * 4);
+    dend = up(ke_row.data(), ke_row.size() * 4);
+    logits_stride = anchor->stride(static_cast<int>(keys));
+    const int64_t rows = (T + 3) / 4 * 4;  // it writes whole blocks of 128/H rows
+    dlogits = driver::DeviceBuffer(static_cast<size_t>(rows * std::max<long long>(logits_stride, 1)) * 4);
+    const int rc = anchor->logits(dq.get(), dk_dense.get(), static_cast<const float*>(dks_dense.get()),
+                                  static_cast<const float*>(dqs.get()), static_cast<const int*>(dstart.get()),
+                                  static_cast<const int*>(dend.get()), static_cast<float*>(dlogits.get()),
+                                  logits_stride, static_cast<int>(T), static_cast<int>(keys), static_cast<int>(H), 128,
+                                  nullptr);
+    driver::synchronize();
+    if (rc != 0) anchor_json["error"] = "anchor_mqa_logits returned " + std::to_string(rc) + " for H " + std::to_string(H);
+    anchor_ok = rc == 0;
+  }
+  auto run_anchor = [&] {
+    anchor->logits(dq.get(), dk_dense.get(), static_cast<const float*>(dks_dense.get()),
+                   static_cast<const float*>(dqs.get()), static_cast<const int*>(dstart.get()),
+                   static_cast<const int*>(dend.get()), static_cast<float*>(dlogits.get()), logits_stride,
+                   static_cast<int>(T), static_cast<int>(keys), static_cast<int>(H), 128, nullptr);
+  };
+
+  const unsigned kScores = ops::detail::kIndexerScores, kTopk = ops::detail::kIndexerTopk;
+  for (int w = 0; w < 2; ++w) {
+    run_stages(kScores | kTopk);
+    if (anchor_ok) run_anchor();
+  }
+  driver::synchronize();
+  // Interleaved: each rep times every stage once, so drift (clocks, temperature) hits all alike.
+  std::vector<float> t_scores, t_topk, t_total, t_anchor;
+  for (int r = 0; r < a.reps; ++r) {
+    t_scores.push_back(timed([&] { run_stages(kScores); }));
+    t_topk.push_back(timed([&] { run_stages(kTopk); }));
+    t_total.push_back(timed([&] { run_stages(kScores | kTopk); }));
+    if (anchor_ok) t_anchor.push_back(timed(run_anchor));
+  }
+  const float scores_ms = median(t_scores), topk_ms = median(t_topk), total_ms = median(t_total);
 
   int64_t pairs = 0;
   for (int64_t i = 0; i < T; ++i) pairs += a.mask == Mask::causal ? L + i + 1 : keys;
@@ -119,6 +212,31 @@ nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
   j["total_ms"] = total_ms;
   j["score_tflops"] = flops / (scores_ms * 1e-3) / 1e12;
   j["total_tflops"] = flops / (total_ms * 1e-3) / 1e12;
+  if (anchor_ok) {
+    // Agreement on the last row (its chunk is the one the workspace still holds after the last
+    // scores run): both compute the same function; fp8 MMA accumulation differs slightly.
+    run_stages(kScores);
+    run_anchor();
+    driver::synchronize();
+    const int64_t stride = (keys + 3) / 4 * 4;
+    const int64_t chunk_rows = std::max<int64_t>(1, static_cast<int64_t>(ws_bytes) / (stride * 4));
+    const int64_t t = T - 1, local = t - (t / chunk_rows) * chunk_rows;
+    const int64_t vis = a.mask == Mask::causal ? L + t + 1 : keys;
+    std::vector<float> mine(static_cast<size_t>(vis)), theirs(static_cast<size_t>(vis));
+    ws.download(mine.data(), mine.size() * 4, static_cast<size_t>(local * stride * 4));
+    dlogits.download(theirs.data(), theirs.size() * 4, static_cast<size_t>(t * logits_stride * 4));
+    double maxabs = 0, maxdiff = 0;
+    for (int64_t x = 0; x < vis; ++x) {
+      maxabs = std::max(maxabs, std::fabs(static_cast<double>(mine[x])));
+      maxdiff = std::max(maxdiff, std::fabs(static_cast<double>(mine[x]) - theirs[x]));
+    }
+    const float anchor_ms = median(t_anchor);
+    anchor_json["scores_ms"] = anchor_ms;
+    anchor_json["score_tflops"] = flops / (anchor_ms * 1e-3) / 1e12;
+    anchor_json["mlajit_over_anchor"] = scores_ms / anchor_ms;
+    anchor_json["max_rel_diff"] = maxabs > 0 ? maxdiff / maxabs : maxdiff;
+  }
+  if (anchor) j["anchor"] = anchor_json;
   return j;
 }
 

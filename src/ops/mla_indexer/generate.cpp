@@ -1,7 +1,7 @@
 // Source generator of the mla_indexer family (SPEC §2): three entries in one module,
 //   0 mla_indexer_scores_sm90      fp8 wgmma scores (sm_90a; traps elsewhere)
 //   1 mla_indexer_scores_portable  f32 FMA scores for every other target (sm_80+)
-//   2 mla_indexer_topk             exact radix top-k + emit
+//   2 mla_indexer_topk             exact top-k (one pass into a candidate list; radix fallback) + emit
 // The op (src/ops/mla_indexer/op.cpp) picks entry 0 or 1 by the device's arch.
 #include <fmt/format.h>
 
@@ -38,10 +38,11 @@ KernelSource generate_mla_indexer(const KernelSpec& spec) {
       "static_assert(Sm90::kThreads == {}, \"sm90 scores threads\");\n"
       "static_assert(Sm90::kBlockQ == {}, \"sm90 tokens per CTA\");\n"
       "static_assert(mj::indexer_portable::scores_portable_smem_bytes<kHeads>() == {}u, \"portable smem size\");\n"
-      "static_assert(Topk::kSmemBytes == {}u, \"top-k smem size\");\n\n",
+      "static_assert(Topk::kSmemBytes == {}u, \"top-k smem size\");\n"
+      "static_assert(Topk::kCap == {}, \"top-k candidate capacity\");\n\n",
       p.num_heads, lay.page_shift, p.mask == Mask::causal ? "true" : "false", lay.stages, p.top_k,
       p.emit == IndexEmit::physical ? "true" : "false", lay.sm90_smem_bytes, lay.sm90_threads, lay.sm90_block_q,
-      lay.portable_smem_bytes, lay.topk_smem_bytes);
+      lay.portable_smem_bytes, lay.topk_smem_bytes, lay.topk_candidates);
   c += fmt::format(
       "extern \"C\" __global__ void __launch_bounds__({}, 1) mla_indexer_scores_sm90(const MlaIndexerScoresArgs a) {{\n"
       "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
@@ -58,10 +59,10 @@ KernelSource generate_mla_indexer(const KernelSpec& spec) {
       "}}\n\n",
       lay.portable_threads);
   c += fmt::format(
-      "extern \"C\" __global__ void __launch_bounds__({}) mla_indexer_topk(const MlaIndexerTopkArgs a) {{\n"
+      "extern \"C\" __global__ void __launch_bounds__({}, {}) mla_indexer_topk(const MlaIndexerTopkArgs a) {{\n"
       "  mj::indexer::topk_rows<kTopK, kPageShift, kCausal, kPhysical>(a);\n"
       "}}\n",
-      lay.topk_threads);
+      lay.topk_threads, lay.topk_min_blocks);
   src.entries = {
       {"mla_indexer_scores_sm90", static_cast<unsigned>(lay.sm90_threads), lay.sm90_smem_bytes},
       {"mla_indexer_scores_portable", static_cast<unsigned>(lay.portable_threads), lay.portable_smem_bytes},

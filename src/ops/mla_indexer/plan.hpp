@@ -1,8 +1,10 @@
 #pragma once
 // Host-side mirror of the mla_indexer kernels' launch shapes and shared-memory sizes (the
-// templates mla_indexer/scores_sm90.cuh, mla_indexer/scores_portable.cuh, common/topk_radix.cuh).
+// templates mla_indexer/scores_sm90.cuh, mla_indexer/scores_portable.cuh, common/topk_sample.cuh, common/topk_radix.cuh).
 // The generated source static_asserts that both sides agree, so a change on one side that is not
 // made on the other fails the NVRTC compile instead of launching with the wrong size.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "mlajit/error.hpp"
@@ -21,7 +23,8 @@ struct Layout {
   int portable_keys_per_split = 1024;
   unsigned portable_smem_bytes = 0;
   int topk_threads = 512;
-  int topk_candidates = 4096;
+  int topk_min_blocks = 2;       // __launch_bounds__ minimum CTAs per SM
+  int topk_candidates = 0;       // SampleTopK::kCap
   unsigned topk_smem_bytes = 0;
 };
 
@@ -52,10 +55,15 @@ inline Layout layout(const MlaIndexerParams& p) {
   const unsigned off_bar = off_w + static_cast<unsigned>(l.sm90_block_q * (p.num_heads + 16) * 4);
   l.sm90_smem_bytes = off_bar + l.stages * 16u + 1024u;
   l.portable_smem_bytes = static_cast<unsigned>((p.num_heads * 128 + p.num_heads) * 4);
-  // RadixTopK::Smem: hist u32[4096], sel u64[pow2(k)], cand u64[4096], scan u32[17], 3 x u32.
-  l.topk_smem_bytes = static_cast<unsigned>(4096 * 4 + 8 * pow2_ceil(p.top_k) + 8 * l.topk_candidates +
-                                            4 * (l.topk_threads / 32 + 1) + 12);
-  l.topk_smem_bytes = (l.topk_smem_bytes + 7u) & ~7u;
+  // SampleTopK::Smem = union of RadixTopK::Smem (hist u32[4096], sel u64[pow2(k)], cand u64[4096],
+  // scan u32[threads/32 + 1], 3 x u32) and SampleTopK::Fast (sel u64[pow2(k)], cand u64[cap],
+  // hist u32[256], 4 x u32), cap = clamp(4 pow2(k), 2048, 8192).
+  const int sort_cap = pow2_ceil(p.top_k);
+  l.topk_candidates = std::min(8192, std::max(2048, 4 * sort_cap));
+  unsigned radix = static_cast<unsigned>(4096 * 4 + 8 * sort_cap + 8 * 4096 + 4 * (l.topk_threads / 32 + 1) + 12);
+  radix = (radix + 7u) & ~7u;
+  const unsigned fast = static_cast<unsigned>(8 * sort_cap + 8 * l.topk_candidates + 256 * 4 + 16);
+  l.topk_smem_bytes = (std::max(radix, fast) + 7u) & ~7u;
   return l;
 }
 
