@@ -14,13 +14,15 @@
 //      its sort entry (key << 32 | ~position): four float4 loads in flight per thread, one
 //      shared atomic per warp and pass (warp-aggregated), nothing else per element.
 //   3. If the list holds between k and CAP entries it contains every key >= the k-th largest
-//      (which is >= t_lo), so the exact k-th largest ENTRY is found by an 8-bit radix select over
-//      the 64-bit entries in shared memory (entries are unique: positions differ, so ties are
+//      (which is >= t_lo), so the exact k-th largest ENTRY is found by a radix select over the
+//      64-bit entries in shared memory, 12-bit digits placed just below the bits the remaining
+//      entries share (entries are unique: positions differ, so ties are
 //      broken by position exactly as the order demands). Entries >= it are the answer: exactly k.
 //      Otherwise (the sample misled: fewer than k or more than CAP keys >= t_lo) the row is
 //      handed to the radix select, which is exact on any input. Exactness therefore never
 //      depends on the sample; only the speed does.
-//   4. The k selected entries are bitonic-sorted descending (the order above).
+//   4. The k selected entries are bitonic-sorted descending (the order above), in registers and
+//      warp shuffles except for the few stages whose partners are in other warps.
 #include "common/topk_radix.cuh"
 #include "common/types.cuh"
 
@@ -39,10 +41,17 @@ struct SampleTopK {
   static constexpr int kUnroll = 4;  // float4 loads in flight per thread
   static constexpr int kPass = THREADS * 4 * kUnroll;
 
+  static constexpr int kBins = 4096;  // 12-bit digits
+  static constexpr int kWarps = THREADS / 32;
+  static_assert(kBins % THREADS == 0, "bins per thread");
+
   struct Fast {
     u64 sel[kSortCap];
     u64 cand[kCap];  // first the sample, then the candidates
-    u32 hist[256];
+    u32 hist[kBins];
+    u64 all_and;
+    u64 all_or;
+    u32 scan[kWarps + 1];
     u32 count;
     u32 sel_count;
     u32 digit;
@@ -65,73 +74,122 @@ struct SampleTopK {
     return v;
   }
 
-  // Largest d in [0, 256) with count(digit >= d) >= need over f.hist; sets f.digit, f.above
-  // (count of digits > d). Warp 0 alone: lane l owns the 8 bins [248 - 8l, 256 - 8l).
-  static MJ_DEVICE void find_threshold256(Fast& f, u32 need) {
-    if (threadIdx.x < 32) {
-      const int lane = threadIdx.x;
-      const int hi = 256 - 8 * lane;
-      u32 c[8], local = 0;
+  // Largest d in [0, kBins) with count(digit >= d) >= need over f.hist; sets f.digit and f.above
+  // (count of digits > d). Thread t owns kBins / THREADS consecutive bins, the highest to t = 0.
+  static MJ_DEVICE void find_threshold(Fast& f, u32 need) {
+    constexpr int kPer = kBins / THREADS;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int hi = kBins - tid * kPer;
+    u32 c[kPer], local = 0;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        c[i] = f.hist[hi - 1 - i];
-        local += c[i];
-      }
-      u32 inc = local;
+    for (int i = 0; i < kPer; ++i) {
+      c[i] = f.hist[hi - 1 - i];
+      local += c[i];
+    }
+    u32 inc = local;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const u32 n = __shfl_up_sync(0xffffffffu, inc, off);
+      if (lane >= off) inc += n;
+    }
+    if (lane == 31) f.scan[warp] = inc;
+    __syncthreads();
+    if (warp == 0) {
+      const u32 x = lane < kWarps ? f.scan[lane] : 0u;
+      u32 xi = x;
 #pragma unroll
       for (int off = 1; off < 32; off <<= 1) {
-        const u32 n = __shfl_up_sync(0xffffffffu, inc, off);
-        if (lane >= off) inc += n;
+        const u32 n = __shfl_up_sync(0xffffffffu, xi, off);
+        if (lane >= off) xi += n;
       }
-      u32 run = inc - local;  // count in higher bins (lower lanes)
-      if (run < need && run + local >= need) {
+      if (lane < kWarps) f.scan[lane] = xi - x;
+    }
+    __syncthreads();
+    u32 run = f.scan[warp] + inc - local;  // count in higher bins
+    if (run < need && run + local >= need) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          if (run < need && run + c[i] >= need) {
-            f.digit = static_cast<u32>(hi - 1 - i);
-            f.above = run;
-          }
-          run += c[i];
+      for (int i = 0; i < kPer; ++i) {
+        if (run < need && run + c[i] >= need) {
+          f.digit = static_cast<u32>(hi - 1 - i);
+          f.above = run;
         }
+        run += c[i];
       }
     }
     __syncthreads();
   }
 
+  static MJ_DEVICE u64 shfl_xor_u64(u64 v, int m) {
+    const u32 lo = __shfl_xor_sync(0xffffffffu, static_cast<u32>(v), m);
+    const u32 hi = __shfl_xor_sync(0xffffffffu, static_cast<u32>(v >> 32), m);
+    return (static_cast<u64>(hi) << 32) | lo;
+  }
+
   // The r-th largest of the unique entries a[0, count) (1 <= r <= count), as a threshold T with
-  // count(a >= T) == r exactly: radix select over 8-bit digits from the top, stopping at the
-  // first digit whose threshold bin holds exactly what is still needed.
+  // count(a >= T) == r exactly. Radix select with adaptive 12-bit digits: each round first finds
+  // the bits that all still-matching entries share (AND / OR reduction) and takes its digit from
+  // the 12 bits just below them, so no round is spent on common bits (a row's top keys share
+  // sign, most of the exponent and often leading mantissa bits) and the histogram spreads over
+  // many bins (plain shared atomics, little contention). Usually two rounds.
   static MJ_DEVICE u64 kth_largest(Fast& f, const u64* a, u32 count, u32 r) {
     const int tid = threadIdx.x;
     const u32 lane = lane_id();
     u64 prefix = 0, pmask = 0;
     u32 need = r;
     for (int round = 0; round < 8; ++round) {
-      const int shift = 56 - 8 * round;
-      for (int b = tid; b < 256; b += THREADS) f.hist[b] = 0;
+      if (tid == 0) {
+        f.all_and = ~0ull;
+        f.all_or = 0ull;
+      }
+      for (int b = tid; b < kBins; b += THREADS) f.hist[b] = 0;
       __syncthreads();
-      for (u32 i0 = 0; i0 < count; i0 += THREADS) {
-        const u32 i = i0 + tid;
-        const u64 e = i < count ? a[i] : 0ull;
-        const bool m = i < count && (e & pmask) == prefix;
-        const u32 dig = static_cast<u32>(e >> shift) & 255u;
-        // Lanes with the same digit add once (the top digits of candidates are few: plain atomics
-        // would serialize on them).
-        const u32 peers = __match_any_sync(0xffffffffu, m ? dig : 0xFFFFFFFFu);
-        if (m && lane == static_cast<u32>(__ffs(peers) - 1)) atomicAdd(&f.hist[dig], static_cast<u32>(__popc(peers)));
+      u64 x_and = ~0ull, x_or = 0ull;
+      for (u32 i = tid; i < count; i += THREADS) {
+        const u64 e = a[i];
+        if ((e & pmask) == prefix) {
+          x_and &= e;
+          x_or |= e;
+        }
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        x_and &= shfl_xor_u64(x_and, off);
+        x_or |= shfl_xor_u64(x_or, off);
+      }
+      if (lane == 0) {
+        atomicAnd(&f.all_and, x_and);
+        atomicOr(&f.all_or, x_or);
       }
       __syncthreads();
-      find_threshold256(f, need);
+      const u64 all_and = f.all_and, all_or = f.all_or, diff = all_and ^ all_or;
+      if (diff == 0) {
+        // One entry matches (entries are unique), so need == 1: it is the threshold.
+        __syncthreads();
+        return all_or;
+      }
+      const int top = 63 - __clzll(static_cast<long long>(diff));  // highest differing bit
+      const int shift = top >= 11 ? top - 11 : 0;
+      const u64 above_mask = top == 63 ? 0ull : ~((2ull << top) - 1ull);
+      prefix = all_and & above_mask;  // shared by every matching entry
+      pmask = above_mask;
+      for (u32 i = tid; i < count; i += THREADS) {
+        const u64 e = a[i];
+        if ((e & pmask) == prefix) atomicAdd(&f.hist[static_cast<u32>(e >> shift) & (kBins - 1)], 1u);
+      }
+      __syncthreads();
+      find_threshold(f, need);
       const u32 d = f.digit;
       const u32 bin = f.hist[d];
       const u32 need_eq = need - f.above;
       __syncthreads();  // everyone has read digit / above / hist before the next round resets them
-      prefix |= static_cast<u64>(d) << shift;
-      pmask |= 0xFFull << shift;
-      if (bin == need_eq) break;  // unique entries: at the latest in the last round (bin of 1)
+      const u64 dmask = static_cast<u64>(kBins - 1) << shift;
+      prefix = (prefix & ~dmask) | (static_cast<u64>(d) << shift);
+      pmask |= dmask;
+      // Bits below the digit are free: every entry of the bin is >= prefix.
+      if (bin == need_eq) return prefix;
       need = need_eq;
     }
-    return prefix;
+    return prefix;  // not reached: each round fixes at least one more differing bit
   }
 
   // Appends a[i] for i in [0, count) with a[i] >= T to f.sel (any order).
@@ -153,6 +211,12 @@ struct SampleTopK {
 
   // Bitonic sort of sel[0, pow2(kk)) descending; entries past kk are padding (0, sorts last).
   static MJ_DEVICE void sort_desc(u64* sel, u32 kk) {
+    if (kSortCap >= THREADS) {
+      for (u32 i = kk + threadIdx.x; i < static_cast<u32>(kSortCap); i += THREADS) sel[i] = 0ull;
+      __syncthreads();
+      sort_desc_registers(sel);
+      return;
+    }
     const int tid = threadIdx.x;
     u32 p2 = 1;
     while (p2 < kk) p2 <<= 1;
@@ -173,6 +237,71 @@ struct SampleTopK {
         __syncthreads();
       }
     }
+  }
+
+  // The same network over all kSortCap entries held in registers, kItems consecutive entries per
+  // thread (entry e = tid * kItems + i): strides below kItems inside a thread, below 32 * kItems
+  // by warp shuffles, larger ones through shared memory (a few stages out of 66 at k 2048), so
+  // nearly all of it runs without barriers or shared-memory traffic.
+  static constexpr int kItems = kSortCap >= THREADS ? kSortCap / THREADS : 1;
+
+  template <int J>
+  static MJ_DEVICE void in_thread_stage(u64 (&v)[kItems], u32 size) {
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      if ((i & J) == 0) {
+        const u32 e = threadIdx.x * kItems + i;
+        const bool desc = (e & size) == 0;
+        const u64 x = v[i], y = v[i ^ J];
+        if ((x < y) == desc) {
+          v[i] = y;
+          v[i ^ J] = x;
+        }
+      }
+    }
+  }
+
+  static MJ_DEVICE void sort_desc_registers(u64* sel) {
+    u64 v[kItems];
+    const u32 tid = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) v[i] = sel[tid * kItems + i];
+    for (u32 size = 2; size <= static_cast<u32>(kSortCap); size <<= 1) {
+      for (u32 j = size >> 1; j > 0; j >>= 1) {
+        if (j < static_cast<u32>(kItems)) {
+          if (j == 1) in_thread_stage<1>(v, size);
+          if (kItems > 2 && j == 2) in_thread_stage<(kItems > 2 ? 2 : 1)>(v, size);
+          if (kItems > 4 && j == 4) in_thread_stage<(kItems > 4 ? 4 : 1)>(v, size);
+          if (kItems > 8 && j == 8) in_thread_stage<(kItems > 8 ? 8 : 1)>(v, size);
+        } else if (j < 32u * kItems) {
+          // j and size are >= kItems: the direction is the same for all of a thread's entries.
+          const int m = static_cast<int>(j / kItems);
+          const u32 e0 = tid * kItems;
+          const bool keep_max = ((e0 & j) == 0) == ((e0 & size) == 0);
+#pragma unroll
+          for (int i = 0; i < kItems; ++i) {
+            const u64 pv = shfl_xor_u64(v[i], m);
+            v[i] = (v[i] > pv) == keep_max ? v[i] : pv;
+          }
+        } else {
+          __syncthreads();  // earlier readers of sel are done
+#pragma unroll
+          for (int i = 0; i < kItems; ++i) sel[tid * kItems + i] = v[i];
+          __syncthreads();
+          const u32 e0 = tid * kItems;
+          const bool keep_max = ((e0 & j) == 0) == ((e0 & size) == 0);
+#pragma unroll
+          for (int i = 0; i < kItems; ++i) {
+            const u64 pv = sel[(e0 + i) ^ j];
+            v[i] = (v[i] > pv) == keep_max ? v[i] : pv;
+          }
+        }
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) sel[tid * kItems + i] = v[i];
+    __syncthreads();
   }
 
   // Selects the top min(k, n) of row[0, n) (16-byte aligned, readable up to a multiple of 4
