@@ -39,10 +39,11 @@ KernelSource generate_mla_indexer(const KernelSpec& spec) {
       "static_assert(Sm90::kBlockQ == {}, \"sm90 tokens per CTA\");\n"
       "static_assert(mj::indexer_portable::scores_portable_smem_bytes<kHeads>() == {}u, \"portable smem size\");\n"
       "static_assert(Topk::kSmemBytes == {}u, \"top-k smem size\");\n"
-      "static_assert(Topk::kCap == {}, \"top-k candidate capacity\");\n\n",
+      "static_assert(Topk::kCap == {}, \"top-k candidate capacity\");\n"
+      "static_assert(mj::indexer::TopkConfig::kThreads == {}, \"top-k threads\");\n\n",
       p.num_heads, lay.page_shift, p.mask == Mask::causal ? "true" : "false", lay.stages, p.top_k,
       p.emit == IndexEmit::physical ? "true" : "false", lay.sm90_smem_bytes, lay.sm90_threads, lay.sm90_block_q,
-      lay.portable_smem_bytes, lay.topk_smem_bytes, lay.topk_candidates);
+      lay.portable_smem_bytes, lay.topk_smem_bytes, lay.topk_candidates, lay.topk_threads);
   c += fmt::format(
       "extern \"C\" __global__ void __launch_bounds__({}, 1) mla_indexer_scores_sm90(const MlaIndexerScoresArgs a) {{\n"
       "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"

@@ -22,8 +22,8 @@ struct Layout {
   int portable_threads = 256;
   int portable_keys_per_split = 1024;
   unsigned portable_smem_bytes = 0;
-  int topk_threads = 512;
-  int topk_min_blocks = 2;       // __launch_bounds__ minimum CTAs per SM
+  int topk_threads = 256;
+  int topk_min_blocks = 3;       // __launch_bounds__ minimum CTAs per SM
   int topk_candidates = 0;       // SampleTopK::kCap
   unsigned topk_smem_bytes = 0;
 };
@@ -57,9 +57,9 @@ inline Layout layout(const MlaIndexerParams& p) {
   l.portable_smem_bytes = static_cast<unsigned>((p.num_heads * 128 + p.num_heads) * 4);
   // SampleTopK::Smem = union of RadixTopK::Smem (hist u32[4096], sel u64[pow2(k)], cand u64[4096],
   // scan u32[threads/32 + 1], 3 x u32) and SampleTopK::Fast (sel u64[pow2(k)], cand u64[cap],
-  // hist u32[4096], 2 x u64, scan u32[threads/32 + 1], 4 x u32), cap = clamp(4 pow2(k), 2048, 8192).
+  // hist u32[4096], 2 x u64, scan u32[threads/32 + 1], 4 x u32), cap = clamp(2 pow2(k), 2048, 8192).
   const int sort_cap = pow2_ceil(p.top_k);
-  l.topk_candidates = std::min(8192, std::max(2048, 4 * sort_cap));
+  l.topk_candidates = std::min(8192, std::max(2048, 2 * sort_cap));
   unsigned radix = static_cast<unsigned>(4096 * 4 + 8 * sort_cap + 8 * 4096 + 4 * (l.topk_threads / 32 + 1) + 12);
   radix = (radix + 7u) & ~7u;
   unsigned fast = static_cast<unsigned>(8 * sort_cap + 8 * l.topk_candidates + 4096 * 4 + 16 +
