@@ -66,6 +66,11 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
   CHECK(cli("build " + kConfig + " --bogus").code == 2);
   CHECK(cli("cache frob").code == 2);
   CHECK(cli("--help").code == 0);
+  // --anchor: only for mla_indexer, and a library that does not load is a usage error (no GPU needed).
+  CHECK(cli("bench kv_cache_store --anchor /nonexistent.so").code == 2);
+  CHECK(last_stderr().find("only with OP mla_indexer") != std::string::npos);
+  CHECK(cli("bench mla_indexer --anchor /nonexistent.so").code == 2);
+  CHECK(last_stderr().find("--anchor") != std::string::npos);
 }
 
 TEST_CASE("cli: bad configs are rejected with the JSON path of the bad field, nothing written") {

@@ -76,6 +76,9 @@ nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
   p.mask = a.mask;
   p.num_stages = a.num_stages;
   p.validate();
+  // A bad --anchor path is reported before the GPU is touched (and without one).
+  std::unique_ptr<Anchor> anchor;
+  if (!a.anchor.empty()) anchor = std::make_unique<Anchor>(a.anchor);
   driver::ensure_context();
 
   const int64_t T = a.new_tokens, L = a.cached_tokens, keys = L + T, H = a.num_heads;
@@ -115,8 +118,6 @@ nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
       voff(doff.get(), DType::u32, {2}), vout(out.get(), DType::i32, {T, a.top_k}),
       vws(ws.get(), DType::f32, {static_cast<int64_t>(std::max<size_t>(ws_bytes, 16) / 4)});
 
-  std::unique_ptr<Anchor> anchor;
-  if (!a.anchor.empty()) anchor = std::make_unique<Anchor>(a.anchor);  // bad path: throws before any timing
 
   auto run_stages = [&](unsigned stages) {
     ops::detail::mla_indexer_run(p, vq, vqs, voff, kc, 1, keys, vout, vws, nullptr, stages);
