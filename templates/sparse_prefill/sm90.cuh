@@ -239,14 +239,21 @@ constexpr float kTwoPow64 = 18446744073709551616.0f;
 // A slot's row: SPEC validity rule. Returns the absolute row (layer offset added) of a valid slot,
 // kNoRow otherwise. Rows are kept in 32 bits: a cache of 2^32 rows would be >= 2.4 TB (fp8).
 constexpr u32 kNoRow = 0xFFFFFFFFu;
+// The encoded index of a slot, or -1 (invalid) past topk_len: split from the row arithmetic so that
+// a producer can issue the loads of a whole step early and resolve the rows when it needs them.
+MJ_DEVICE int load_slot(const u32* token_indices, int slot, int topk_len) {
+  return slot < topk_len ? static_cast<int>(__ldg(token_indices + slot)) : -1;
+}
 template <class C>
-MJ_DEVICE u32 resolve_slot(const SparsePrefillArgs& a, const u32* token_indices, int slot, int topk_len) {
-  if (slot >= topk_len) return kNoRow;
-  const int e = static_cast<int>(__ldg(token_indices + slot));
+MJ_DEVICE u32 resolve_index(const SparsePrefillArgs& a, int e) {
   if (e < 0) return kNoRow;
   const i64 tma_row = static_cast<i64>(e / C::kPageSize) * a.row_stride + e % C::kPageSize;
   if (tma_row >= a.num_kv_rows) return kNoRow;
   return static_cast<u32>(tma_row + a.layer_row_offset);
+}
+template <class C>
+MJ_DEVICE u32 resolve_slot(const SparsePrefillArgs& a, const u32* token_indices, int slot, int topk_len) {
+  return resolve_index<C>(a, load_slot(token_indices, slot, topk_len));
 }
 
 // ---- producer: bf16 rows by cp.async ---------------------------------------------------------------
@@ -261,15 +268,26 @@ MJ_DEVICE void produce_bf16(const SparsePrefillArgs& a, const Smem& s, i64 token
   const u64 policy = sm90::l2_policy_evict_last();
   const u32 lane_dst = static_cast<u32>(g) * 128u + ((static_cast<u32>(c) ^ (static_cast<u32>(g) & 7u)) << 4);
 
+  // The step's encoded indices are loaded one step ahead (their L2 / DRAM latency then overlaps the
+  // previous step's copies instead of stalling the first copy of each step).
+  int next[2][4];
+  auto load_step = [&](int step) {
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) next[b][k] = load_slot(token_indices, (2 * step + b) * kBlockKeys + g + 16 * k, topk_len);
+    }
+  };
+  load_step(0);
   for (int step = 0; step < steps; ++step) {
     const u32 empty_parity = (static_cast<u32>(step) & 1u) ^ 1u;
     u32 rows[2][4];
 #pragma unroll
     for (int b = 0; b < 2; ++b) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k)
-        rows[b][k] = resolve_slot<C>(a, token_indices, (2 * step + b) * kBlockKeys + g + 16 * k, topk_len);
+      for (int k = 0; k < 4; ++k) rows[b][k] = resolve_index<C>(a, next[b][k]);
     }
+    load_step(step + 1);  // past the last step every slot is >= topk_len: no load
     auto publish_bias = [&](int b) {
       if (c == 0) {
 #pragma unroll
