@@ -43,10 +43,13 @@
 // Args: every pointer of SparsePrefillArgs that the configuration uses must be valid; sm_scale must
 // be finite and >= 0 (the running max is taken on scaled scores). Absolute row indices must fit in
 // 32 bits (any cache that fits in device memory: 2^32 rows would be >= 2.4 TB).
-// Precision: bf16 caches and fp8 with unit or per-row scales (SCALE_BLOCK 0 / 576) are exact in the
-// bf16 tile (e4m3 has 3 mantissa bits; per-row scales are applied in f32 to scores and P). With
-// group scales (16 <= SCALE_BLOCK < 576) the tile holds K * scale rounded once to bf16, as a
-// bf16-dequantised cache would. e4m3 NaN codes (0x7F/0xFF) decode to finite values.
+// Precision: bf16 caches are used as is. fp8 with unit or per-row scales (SCALE_BLOCK 0 / 576) runs
+// on f16 tiles: e4m3 -> f16 is exact, per-row scales are applied in f32 to scores and P, the query
+// tile is converted to f16 after a power-of-two range scale (exact for every value within 2^-28 of
+// the tile's largest |q|), P is rounded to f16 (3 more mantissa bits than bf16); the e4m3 NaN codes
+// (0x7F/0xFF) stay NaN. With group scales (16 <= SCALE_BLOCK < 576) the bf16 tile holds
+// K * scale rounded once to bf16, as a bf16-dequantised cache would (NaN codes decode to finite
+// values there).
 //
 // ---- Design ---------------------------------------------------------------------------------------
 // One CTA = one token x one 64-row head tile; 3 warpgroups:
@@ -63,12 +66,16 @@
 //     registers (RS form) and the other warpgroup's P through shared memory (SS form).
 //   Epilogue: row sums exchanged, O scaled (sink, empty-row rule), staged as bf16 in the query
 //   tile's space, stored with 16-byte coalesced writes; lse by WG0.
-// fp8 decode: e4m3 bits are moved into a bf16 (sign | magnitude << 4: exact, value * 2^-120) and
+// fp8 decode, unit / per-row scales (C::kF16): one cvt.rn.f16x2.e4m3x2 per pair into f16 tiles; the
+// consumers then run the f16 wgmma (same rate as bf16) with Q and P in f16 too.
+// fp8 decode, group scales: e4m3 bits are moved into a bf16 (sign | magnitude << 4: exact, value * 2^-120) and
 // multiplied by 2^56 (unit / per-row) or by group scale * 2^56 (split hi + lo, one rounding), so the
 // tile holds K * 2^-64: no overflow for scales up to 2^71, and P V products stay far from the f32
 // subnormal range. The 2^64 is folded back into the score multiplier and the output. Per-row scales
 // (SCALE_BLOCK 576) are folded into the score multiplier and P instead of the tile. The fp8
-// producer streams 16-byte loads through a 6-deep register window across halves and steps.
+// producer streams 16-byte loads through a register window (9 deep for f16 tiles, 6 / 4 / 2 with
+// group scales) across halves and steps; its encoded indices are loaded two steps ahead (the bf16
+// producer's one step ahead), so no index load latency lands on the critical path of a step.
 // Proxy ordering: stage data are written through the generic proxy (cp.async, st.shared) and read
 // by wgmma through the async proxy; each consumer fences after acquiring a full barrier (a
 // producer-side fence would be a MEMBAR that waits for the producer's in-flight loads).
