@@ -25,6 +25,8 @@ ops and their shape keys (defaults in brackets):
   sparse_prefill
       s_q [4096] heads [128] topk [2048] s_kv [32768] kv_dtype [bf16] b_topk [64] page_size [64]
       scale_block_size [0] sink [0] lse [1] path [auto|sm80|sm90]
+      --anchor LIB.so: also time LIB's anchor_sparse_prefill_bf16 on the same inputs, interleaved
+      (C ABI in src/ops/sparse_prefill/bench.hpp); prints both TFLOP/s, the ratio and the output diff
 )";
 
 // "k=v,k=v" -> map; each key consumed by the op's parser, leftovers are errors.
@@ -96,6 +98,12 @@ void print_summary(const std::string& op, const nlohmann::json& r) {
                 r["params"]["kv_dtype"].get<std::string>().c_str(), r["path"].get<std::string>().c_str(),
                 r["s_q"].get<long long>(), r["num_heads"].get<int>(), r["topk"].get<int>(), r["s_kv"].get<long long>(),
                 r["ms"]["median"].get<double>(), r["ms"]["min"].get<double>(), r["tflops"].get<double>());
+    if (r.contains("anchor")) {
+      const auto& an = r["anchor"];
+      std::printf("  anchor: %.3f ms median, %.1f TFLOP/s; mlajit / anchor speed %.3fx; out rel err %.2e, lse max diff %.2e\n",
+                  an["ms_median"].get<double>(), an["tflops"].get<double>(), an["ratio"].get<double>(),
+                  an["compare"]["out_rel_frobenius"].get<double>(), an["compare"].value("lse_max_abs_diff", 0.0));
+    }
   } else {
     std::printf("%s: %.4f ms median (min %.4f, max %.4f), %.0f GB/s = %.1f%% of %.0f GB/s copy bandwidth; "
                 "back to back %.0f GB/s\n",
@@ -117,8 +125,8 @@ int cmd_bench(const Argv& argv) {
   const std::string op = args.need(0, "OP");
   Shape shape(args.get_or("shape", ""));
   const int reps = static_cast<int>(args.get_int("reps", 0, 1, 100000));
-  if (op != "mla_indexer" && !args.get_or("anchor", "").empty())
-    throw_invalid("--anchor", args.get_or("anchor", ""), "only with OP mla_indexer");
+  if (op != "mla_indexer" && op != "sparse_prefill" && !args.get_or("anchor", "").empty())
+    throw_invalid("--anchor", args.get_or("anchor", ""), "only with OP mla_indexer or sparse_prefill");
   nlohmann::json r;
   if (op == "kv_cache_store" || op == "kv_cache_gather") {
     bench::KvCacheBenchShape s;
@@ -168,6 +176,7 @@ int cmd_bench(const Argv& argv) {
     shape.take_bool("sink", a.attn_sink);
     shape.take_bool("lse", a.emit_lse);
     if (auto p = shape.take("path")) a.path = *p;
+    a.anchor = args.get_or("anchor", "");
     shape.done(op);
     if (reps) a.reps = reps;
     r = bench::bench_sparse_prefill(a);

@@ -43,10 +43,13 @@
 // Args: every pointer of SparsePrefillArgs that the configuration uses must be valid; sm_scale must
 // be finite and >= 0 (the running max is taken on scaled scores). Absolute row indices must fit in
 // 32 bits (any cache that fits in device memory: 2^32 rows would be >= 2.4 TB).
-// Precision: bf16 caches and fp8 with unit or per-row scales (SCALE_BLOCK 0 / 576) are exact in the
-// bf16 tile (e4m3 has 3 mantissa bits; per-row scales are applied in f32 to scores and P). With
-// group scales (16 <= SCALE_BLOCK < 576) the tile holds K * scale rounded once to bf16, as a
-// bf16-dequantised cache would. e4m3 NaN codes (0x7F/0xFF) decode to finite values.
+// Precision: bf16 caches are used as is. fp8 with unit or per-row scales (SCALE_BLOCK 0 / 576) runs
+// on f16 tiles: e4m3 -> f16 is exact, per-row scales are applied in f32 to scores and P, the query
+// tile is converted to f16 after a power-of-two range scale (exact for every value within 2^-28 of
+// the tile's largest |q|), P is rounded to f16 (3 more mantissa bits than bf16); the e4m3 NaN codes
+// (0x7F/0xFF) stay NaN. With group scales (16 <= SCALE_BLOCK < 576) the bf16 tile holds
+// K * scale rounded once to bf16, as a bf16-dequantised cache would (NaN codes decode to finite
+// values there).
 //
 // ---- Design ---------------------------------------------------------------------------------------
 // One CTA = one token x one 64-row head tile; 3 warpgroups:
@@ -63,12 +66,16 @@
 //     registers (RS form) and the other warpgroup's P through shared memory (SS form).
 //   Epilogue: row sums exchanged, O scaled (sink, empty-row rule), staged as bf16 in the query
 //   tile's space, stored with 16-byte coalesced writes; lse by WG0.
-// fp8 decode: e4m3 bits are moved into a bf16 (sign | magnitude << 4: exact, value * 2^-120) and
+// fp8 decode, unit / per-row scales (C::kF16): one cvt.rn.f16x2.e4m3x2 per pair into f16 tiles; the
+// consumers then run the f16 wgmma (same rate as bf16) with Q and P in f16 too.
+// fp8 decode, group scales: e4m3 bits are moved into a bf16 (sign | magnitude << 4: exact, value * 2^-120) and
 // multiplied by 2^56 (unit / per-row) or by group scale * 2^56 (split hi + lo, one rounding), so the
 // tile holds K * 2^-64: no overflow for scales up to 2^71, and P V products stay far from the f32
 // subnormal range. The 2^64 is folded back into the score multiplier and the output. Per-row scales
 // (SCALE_BLOCK 576) are folded into the score multiplier and P instead of the tile. The fp8
-// producer streams 16-byte loads through a 6-deep register window across halves and steps.
+// producer streams 16-byte loads through a register window (9 deep for f16 tiles, 6 / 4 / 2 with
+// group scales) across halves and steps; its encoded indices are loaded two steps ahead (the bf16
+// producer's one step ahead), so no index load latency lands on the critical path of a step.
 // Proxy ordering: stage data are written through the generic proxy (cp.async, st.shared) and read
 // by wgmma through the async proxy; each consumer fences after acquiring a full barrier (a
 // producer-side fence would be a MEMBAR that waits for the producer's in-flight loads).
@@ -137,6 +144,10 @@ struct Config {
   static constexpr int kScalesPerToken = SCALE_BLOCK == 0 ? 0 : kQkDim / SCALE_BLOCK;
   static constexpr bool kRowScale = KV_FP8 && SCALE_BLOCK == kQkDim;                   // folded into scores/P
   static constexpr bool kGroupScale = KV_FP8 && SCALE_BLOCK != 0 && SCALE_BLOCK != kQkDim;  // multiplied in tile
+  // fp8 with unit or per-row scales: the tiles hold f16 (e4m3 -> f16 is one exact cvt per pair, and
+  // the f16 wgmma runs at the bf16 rate); Q and P are converted to f16 too (see load_q). Group
+  // scales multiply in the tile and keep the bf16 decode with its 2^-64 bias (wider range).
+  static constexpr bool kF16 = KV_FP8 && !kGroupScale;
   static constexpr bool kSink = ATTN_SINK;
   static constexpr bool kEmitLse = EMIT_LSE;
   static constexpr int kPageSize = PAGE_SIZE;
@@ -233,16 +244,30 @@ MJ_DEVICE u32 e4m3_pair_to_bf16x2_biased(u32 word, u32 sel) {
   const u32 t = prmt(word, 0u, sel);
   return (t & 0x80008000u) | ((t >> 4) & 0x07F007F0u);
 }
+// Two e4m3 values (the low / high byte of `pair`) to f16x2, exactly (f16 covers e4m3's range and
+// precision; the NaN codes 0x7F / 0xFF become f16 NaN).
+MJ_DEVICE u32 e4m3x2_to_f16x2(u32 word, bool high) {
+  u32 r;
+  if (high) {
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(r) : "r"(word));
+  } else {
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(r) : "r"(word));
+  }
+  return r;
+}
 constexpr float kTwoPow56 = 72057594037927936.0f;
 constexpr float kTwoPow64 = 18446744073709551616.0f;
 
 // A slot's row: SPEC validity rule. Returns the absolute row (layer offset added) of a valid slot,
 // kNoRow otherwise. Rows are kept in 32 bits: a cache of 2^32 rows would be >= 2.4 TB (fp8).
 constexpr u32 kNoRow = 0xFFFFFFFFu;
+// The encoded index of a slot, or -1 (invalid) past topk_len: split from the row arithmetic so that
+// a producer can issue the loads of a whole step early and resolve the rows when it needs them.
+MJ_DEVICE int load_slot(const u32* token_indices, int slot, int topk_len) {
+  return slot < topk_len ? static_cast<int>(__ldg(token_indices + slot)) : -1;
+}
 template <class C>
-MJ_DEVICE u32 resolve_slot(const SparsePrefillArgs& a, const u32* token_indices, int slot, int topk_len) {
-  if (slot >= topk_len) return kNoRow;
-  const int e = static_cast<int>(__ldg(token_indices + slot));
+MJ_DEVICE u32 resolve_index(const SparsePrefillArgs& a, int e) {
   if (e < 0) return kNoRow;
   const i64 tma_row = static_cast<i64>(e / C::kPageSize) * a.row_stride + e % C::kPageSize;
   if (tma_row >= a.num_kv_rows) return kNoRow;
@@ -261,15 +286,26 @@ MJ_DEVICE void produce_bf16(const SparsePrefillArgs& a, const Smem& s, i64 token
   const u64 policy = sm90::l2_policy_evict_last();
   const u32 lane_dst = static_cast<u32>(g) * 128u + ((static_cast<u32>(c) ^ (static_cast<u32>(g) & 7u)) << 4);
 
+  // The step's encoded indices are loaded one step ahead (their L2 / DRAM latency then overlaps the
+  // previous step's copies instead of stalling the first copy of each step).
+  int next[2][4];
+  auto load_step = [&](int step) {
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) next[b][k] = load_slot(token_indices, (2 * step + b) * kBlockKeys + g + 16 * k, topk_len);
+    }
+  };
+  load_step(0);
   for (int step = 0; step < steps; ++step) {
     const u32 empty_parity = (static_cast<u32>(step) & 1u) ^ 1u;
     u32 rows[2][4];
 #pragma unroll
     for (int b = 0; b < 2; ++b) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k)
-        rows[b][k] = resolve_slot<C>(a, token_indices, (2 * step + b) * kBlockKeys + g + 16 * k, topk_len);
+      for (int k = 0; k < 4; ++k) rows[b][k] = resolve_index<C>(a, next[b][k]);
     }
+    load_step(step + 1);  // past the last step every slot is >= topk_len: no load
     auto publish_bias = [&](int b) {
       if (c == 0) {
 #pragma unroll
@@ -401,6 +437,9 @@ MJ_DEVICE u32 fma_bf16x2(u32 a, u32 b, u32 c) {
 
 // The fp8 producer's per-thread state; chunk<I>() handles chunk I of a step with every index a
 // compile-time constant (template recursion rather than a loop the compiler might not fold).
+#ifndef MJ_SP90_F16_WINDOW
+#define MJ_SP90_F16_WINDOW 9  // f16 tiles: no scale registers, so a deeper load window fits (12 spills)
+#endif
 template <class C>
 struct Fp8Producer {
   using Plan = Fp8Plan;
@@ -408,7 +447,7 @@ struct Fp8Producer {
   // Loads in flight per thread (divides 36, so ring slots repeat each step): 6 x 16 B x 128 threads
   // = 12 KB per SM in flight, enough for ~14 B/clk at ~800 clk L2 latency. Two scale floats per
   // chunk (and the group-boundary decode) leave registers for shorter windows only.
-  static constexpr int kWindow = Scales::kPerChunk < 2 ? (C::kWideWindow ? 9 : 6) : C::kScaleBlock % 8 == 0 ? 4 : 2;
+  static constexpr int kWindow = C::kF16 ? MJ_SP90_F16_WINDOW : Scales::kPerChunk < 2 ? (C::kWideWindow ? 9 : 6) : C::kScaleBlock % 8 == 0 ? 4 : 2;
   static_assert(Plan::kChunks % kWindow == 0, "window must divide the chunks per step");
 
   const SparsePrefillArgs& a;
@@ -472,14 +511,24 @@ struct Fp8Producer {
     if constexpr (Scales::kPerChunk >= 1) asm volatile("" : "+f"(sc[slot].v[0]));
     if constexpr (Scales::kPerChunk == 2) asm volatile("" : "+f"(sc[slot].v[1]));
     u32 out[8];
+    if constexpr (C::kF16) {
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      out[2 * w] = e4m3_pair_to_bf16x2_biased(raw[slot][w], 0x1404u);
-      out[2 * w + 1] = e4m3_pair_to_bf16x2_biased(raw[slot][w], 0x3424u);
+      for (int w = 0; w < 4; ++w) {
+        out[2 * w] = e4m3x2_to_f16x2(raw[slot][w], false);
+        out[2 * w + 1] = e4m3x2_to_f16x2(raw[slot][w], true);
+      }
+    } else {
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        out[2 * w] = e4m3_pair_to_bf16x2_biased(raw[slot][w], 0x1404u);
+        out[2 * w + 1] = e4m3_pair_to_bf16x2_biased(raw[slot][w], 0x3424u);
+      }
     }
     // Always scaled (by 2^56 at least): the bit-moved value K * 2^-120 would put P V products in
     // the f32 subnormal range, where the tensor cores may flush them.
-    if constexpr (C::kGroupScale) {
+    if constexpr (C::kF16) {
+      // exact f16 values: no scaling
+    } else if constexpr (C::kGroupScale) {
       u32 hi[8], lo[8];
       chunk_multipliers<C>(sc[slot], 4 * tile + cv, hi, lo);
 #pragma unroll
@@ -522,20 +571,32 @@ MJ_DEVICE void produce_fp8(const SparsePrefillArgs& a, const Smem& s, i64 token,
   p.policy = sm90::l2_policy_evict_last();
   p.sw = static_cast<u32>(p.g) & 7u;
   const u32* token_indices = a.indices + token * a.indices_stride;
-  auto resolve_step = [&](int step, u32 (&rows)[2][2]) {
+  // Encoded indices are loaded two steps ahead of their use and resolved one step ahead: the row
+  // loads of step s + 1 start inside step s (the window), so their rows must be known then, and
+  // an index load issued right before its resolution would stall the decode loop on L2 / DRAM.
+  int idx[2][2];
+  auto load_step = [&](int step) {
 #pragma unroll
     for (int b = 0; b < 2; ++b) {
 #pragma unroll
-      for (int k = 0; k < 2; ++k)
-        rows[b][k] = step < steps ? resolve_slot<C>(a, token_indices, (2 * step + b) * kBlockKeys + p.g + 32 * k, topk_len)
-                                  : kNoRow;
+      for (int k = 0; k < 2; ++k) idx[b][k] = load_slot(token_indices, (2 * step + b) * kBlockKeys + p.g + 32 * k, topk_len);
     }
   };
-  resolve_step(0, p.cur);
+  auto resolve = [&](u32 (&rows)[2][2]) {
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) rows[b][k] = resolve_index<C>(a, idx[b][k]);
+    }
+  };
+  load_step(0);
+  resolve(p.cur);
+  load_step(1);
   p.cv = p.c;
   p.template prefetch<0>();
   for (int step = 0; step < steps; ++step) {
-    resolve_step(step + 1, p.nxt);
+    resolve(p.nxt);       // step + 1 (slots past topk_len resolve to kNoRow)
+    load_step(step + 2);
     asm volatile("" : "+r"(p.cv));
     p.template chunk<0>((static_cast<u32>(step) & 1u) ^ 1u);
 #pragma unroll
@@ -567,32 +628,34 @@ MJ_DEVICE void wait_full(const Smem& s, int stage, int half, u32 parity) {
 }
 
 // Q K^T over column tiles [T0, T1) of a stage; `clear` zeroes the accumulator on the first k-step.
-template <int T0, int T1>
+template <int T0, int T1, bool F16>
 MJ_DEVICE void issue_qk(float (&p)[32], u64 dq, u64 dk, bool clear) {
 #pragma unroll
   for (int tile = T0; tile < T1; ++tile) {
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       const u32 off = tile * kTileBytes + kk * 32;
-      sm90::wgmma_m64n64k16_ss_kk(p, sm90::desc_advance(dq, off), sm90::desc_advance(dk, off),
+      sm90::wgmma_m64n64k16_ss_kk<F16>(p, sm90::desc_advance(dq, off), sm90::desc_advance(dk, off),
                                   (clear && tile == T0 && kk == 0) ? 0u : 1u);
     }
   }
 }
 
 // O[:, half] += P (registers) V[keys of the stage, 256 dims starting at tile v_tile0].
+template <bool F16>
 MJ_DEVICE void issue_pv_rs(float (&o)[128], const u32 (&ps)[16], u64 dv) {
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     const u32 a[4] = {ps[4 * kk], ps[4 * kk + 1], ps[4 * kk + 2], ps[4 * kk + 3]};
-    sm90::wgmma_m64n256k16_rs_mn(o, a, sm90::desc_advance(dv, kk * 16 * 128), 1u);
+    sm90::wgmma_m64n256k16_rs_mn<F16>(o, a, sm90::desc_advance(dv, kk * 16 * 128), 1u);
   }
 }
 // O[:, half] += P (shared memory, the other warpgroup's) V[...].
+template <bool F16>
 MJ_DEVICE void issue_pv_ss(float (&o)[128], u64 dp, u64 dv) {
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    sm90::wgmma_m64n256k16_ss_kmn(o, sm90::desc_advance(dp, kk * 32), sm90::desc_advance(dv, kk * 16 * 128), 1u);
+    sm90::wgmma_m64n256k16_ss_kmn<F16>(o, sm90::desc_advance(dp, kk * 32), sm90::desc_advance(dv, kk * 16 * 128), 1u);
   }
 }
 
@@ -655,16 +718,29 @@ MJ_DEVICE void exponentiate(float (&p)[32], const Smem& s, int stage, const Lane
   }
 }
 
+// P as the tile type (bf16, or f16 for the f16 tiles).
+template <bool F16>
+MJ_DEVICE u32 pack_x2(float lo, float hi) {
+  if constexpr (F16) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+  } else {
+    return pack_bf16x2(lo, hi);
+  }
+}
+template <bool F16>
 MJ_DEVICE void pack_p(const float (&p)[32], u32 (&ps)[16], float f0, float f1) {
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     const float f = (i & 1) ? f1 : f0;  // word 2j -> row r0, word 2j+1 -> row r1
-    ps[i] = pack_bf16x2(p[2 * i] * f, p[2 * i + 1] * f);
+    ps[i] = pack_x2<F16>(p[2 * i] * f, p[2 * i + 1] * f);
   }
 }
+template <bool F16>
 MJ_DEVICE void pack_p(const float (&p)[32], u32 (&ps)[16]) {
 #pragma unroll
-  for (int i = 0; i < 16; ++i) ps[i] = pack_bf16x2(p[2 * i], p[2 * i + 1]);
+  for (int i = 0; i < 16; ++i) ps[i] = pack_x2<F16>(p[2 * i], p[2 * i + 1]);
 }
 
 MJ_DEVICE void scale_rows(float (&o)[128], float f0, float f1) {
@@ -692,16 +768,21 @@ MJ_DEVICE void store_p(u32 tile, const u32 (&ps)[16], const Lane& ln, int lane) 
 // The fp8 tile holds K * 2^-64 (see the header); scores and output multiply it back.
 template <class C>
 MJ_DEVICE float tile_unscale() {
-  return C::kFp8 ? kTwoPow64 : 1.0f;
+  return C::kFp8 && !C::kF16 ? kTwoPow64 : 1.0f;
 }
+// q_unscale: 2^-e of the f16 query tile (load_q), else 1.
 template <class C>
-MJ_DEVICE float score_multiplier(const SparsePrefillArgs& a) {
-  return a.sm_scale_log2e * tile_unscale<C>();
+MJ_DEVICE float score_multiplier(const SparsePrefillArgs& a, float q_unscale) {
+  return a.sm_scale_log2e * tile_unscale<C>() * q_unscale;
 }
 
-// Loads this CTA's query rows (zero rows past kHeadsPerCta) into the swizzled Q tile.
+// Loads this CTA's query rows (zero rows past kHeadsPerCta) into the swizzled Q tile. Returns the
+// factor the scores must be multiplied by: 1, or for f16 tiles (C::kF16) 2^-e, where the tile was
+// converted in place to f16 as q * 2^e with 2^e putting the tile's largest |q| in [2^14, 2^15):
+// every bf16 value within 2^-28 of that maximum converts exactly (f16 has more mantissa bits), and
+// nothing overflows whatever the query's magnitude.
 template <class C>
-MJ_DEVICE void load_q(const SparsePrefillArgs& a, const Smem& s, i64 token, int head0) {
+MJ_DEVICE float load_q(const SparsePrefillArgs& a, const Smem& s, i64 token, int head0) {
   const int t = static_cast<int>(threadIdx.x);  // 0..255
   const unsigned char* q = static_cast<const unsigned char*>(a.q) +
                            (token * C::kNumHeads + head0) * static_cast<i64>(kQkDim * 2);
@@ -716,8 +797,48 @@ MJ_DEVICE void load_q(const SparsePrefillArgs& a, const Smem& s, i64 token, int 
     sm90::cp_async_16_zfill(dst, valid ? q + static_cast<i64>(row) * (kQkDim * 2) + rest * 16 : q, valid, policy);
   }
   sm90::cp_async_wait_all();
+  float q_unscale = 1.0f;
+  if constexpr (C::kF16) {
+    // Each thread converts the chunks it copied itself (visible to it after the wait); the tile
+    // maximum goes through shared memory (s.rowsum[0], zeroed at start, unused until the epilogue).
+    auto chunk_addr = [&](int i) {
+      const int id = t + 256 * i;
+      const int row = id / kChunksPerRow, rest = id % kChunksPerRow;
+      return s.q + (rest >> 3) * kTileBytes + sm90::sw128_offset(static_cast<u32>(row), static_cast<u32>(rest & 7));
+    };
+    u32 mx = 0;  // two bf16 magnitudes: bit patterns of non-negative bf16 order like their values
+#pragma unroll
+    for (int i = 0; i < kTileRows * kChunksPerRow / 256; ++i) {
+      u32 w[4];
+      sm90::lds128(chunk_addr(i), w[0], w[1], w[2], w[3]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) mx = __vmaxu2(mx, w[j] & 0x7FFF7FFFu);
+    }
+    mx = __reduce_max_sync(0xFFFFFFFFu, (mx & 0xFFFFu) > (mx >> 16) ? (mx & 0xFFFFu) : (mx >> 16));
+    u32* qmax = reinterpret_cast<u32*>(s.rowsum);
+    if ((t & 31) == 0) atomicMax(qmax, mx);
+    sm90::named_bar_sync(kBarQReady, 256);
+    const u32 m = *qmax;
+    int e = 0;
+    if (m != 0u && m < 0x7F80u) {  // finite, non-zero (inf / NaN propagate through the scores anyway)
+      const int E = m >= 0x0080u ? static_cast<int>(m >> 7) - 127 : -127;
+      e = min(120, max(-120, 14 - E));
+    }
+    const float up = __uint_as_float(static_cast<u32>(127 + e) << 23);
+    q_unscale = __uint_as_float(static_cast<u32>(127 - e) << 23);
+#pragma unroll
+    for (int i = 0; i < kTileRows * kChunksPerRow / 256; ++i) {
+      u32 w[4];
+      const u32 addr = chunk_addr(i);
+      sm90::lds128(addr, w[0], w[1], w[2], w[3]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) w[j] = pack_x2<true>(__uint_as_float(w[j] << 16) * up, __uint_as_float(w[j] & 0xFFFF0000u) * up);
+      sm90::sts128(addr, w[0], w[1], w[2], w[3]);
+    }
+  }
   sm90::fence_proxy_async_smem();
   sm90::named_bar_sync(kBarQReady, 256);
+  return q_unscale;
 }
 
 // Epilogue shared by both consumer warpgroups: total row sums, normalisation, bf16 staging in the
@@ -787,14 +908,14 @@ MJ_DEVICE void finish(const SparsePrefillArgs& a, const Smem& s, const Lane& ln,
 // WG0: scores stage 0 (even blocks), owns output columns 0..255.
 template <class C>
 MJ_DEVICE void consume_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane& ln, int lane, i64 token, int head0,
-                           int steps) {
+                           int steps, float q_unscale) {
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
   float p[32];
   u32 ps[16];
   float m0 = kMaxInit, m1 = kMaxInit, l0 = 0.0f, l1 = 0.0f;
-  const float mult = score_multiplier<C>(a);
+  const float mult = score_multiplier<C>(a, q_unscale);
   const u64 dq = sm90::smem_desc_sw128(s.q, 16, 1024);
   const u64 dk0 = sm90::smem_desc_sw128(s.k[0], 16, 1024);
   const u64 dv0 = sm90::smem_desc_sw128(s.k[0], kTileBytes, 1024);  // V0 left: tiles 0..3
@@ -804,9 +925,9 @@ MJ_DEVICE void consume_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane
 
   if (steps > 0) {
     wait_full<C>(s, 0, 0, 0);
-    issue_qk<0, kLeftTiles>(p, dq, dk0, true);
+    issue_qk<0, kLeftTiles, C::kF16>(p, dq, dk0, true);
     wait_full<C>(s, 0, 1, 0);
-    issue_qk<kLeftTiles, kQkTiles>(p, dq, dk0, false);
+    issue_qk<kLeftTiles, kQkTiles, C::kF16>(p, dq, dk0, false);
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(p);
@@ -821,7 +942,7 @@ MJ_DEVICE void consume_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane
     l0 *= alpha0;
     l1 *= alpha1;
     exponentiate<C>(p, s, 0, ln, n0, n1, l0, l1);
-    pack_p(p, ps);
+    pack_p<C::kF16>(p, ps);
     if (ln.tig == 0) {
       s.max[ln.r0] = n0;
       s.max[ln.r1] = n1;
@@ -831,7 +952,7 @@ MJ_DEVICE void consume_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane
     sm90::named_bar_arrive(kBarWg0Max, 256);
 
     sm90::wgmma_fence();
-    issue_pv_rs(o, ps, dv0);
+    issue_pv_rs<C::kF16>(o, ps, dv0);
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(o);
@@ -841,7 +962,7 @@ MJ_DEVICE void consume_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane
     const float f0 = ex2(m0 - s.max[ln.r0]), f1 = ex2(m1 - s.max[ln.r1]);
     m0 = s.max[ln.r0];
     m1 = s.max[ln.r1];
-    pack_p(p, ps, f0, f1);
+    pack_p<C::kF16>(p, ps, f0, f1);
     store_p(p0_tile, ps, ln, lane);
     sm90::fence_proxy_async_smem();
     sm90::named_bar_arrive(kBarS0Ready, 256);
@@ -851,16 +972,16 @@ MJ_DEVICE void consume_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane
 
     sm90::named_bar_sync(kBarS1Ready, 256);
     sm90::wgmma_fence();
-    issue_pv_ss(o, dp1, dv1);
+    issue_pv_ss<C::kF16>(o, dp1, dv1);
     sm90::wgmma_commit();
     if (step + 1 < steps) {
       wait_full<C>(s, 0, 0, parity ^ 1u);
-      issue_qk<0, kLeftTiles>(p, dq, dk0, true);
+      issue_qk<0, kLeftTiles, C::kF16>(p, dq, dk0, true);
       sm90::wgmma_commit();
       sm90::wgmma_wait<1>();
       sm90::mbar_arrive(s.empty[1][0]);  // stage 1 left: multiplied
       wait_full<C>(s, 0, 1, parity ^ 1u);
-      issue_qk<kLeftTiles, kQkTiles>(p, dq, dk0, false);
+      issue_qk<kLeftTiles, kQkTiles, C::kF16>(p, dq, dk0, false);
       sm90::wgmma_commit();
       sm90::wgmma_wait<0>();
     } else {
@@ -876,14 +997,14 @@ MJ_DEVICE void consume_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane
 // WG1: scores stage 1 (odd blocks), owns output columns 256..511.
 template <class C>
 MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane& ln, int lane, i64 token, int head0,
-                           int steps) {
+                           int steps, float q_unscale) {
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
   float p[32];
   u32 ps[16];
   float m0 = kMaxInit, m1 = kMaxInit, l0 = 0.0f, l1 = 0.0f;
-  const float mult = score_multiplier<C>(a);
+  const float mult = score_multiplier<C>(a, q_unscale);
   const u64 dq = sm90::smem_desc_sw128(s.q, 16, 1024);
   const u64 dk1 = sm90::smem_desc_sw128(s.k[1], 16, 1024);
   const u64 dv1 = sm90::smem_desc_sw128(s.k[1] + kLeftTiles * kTileBytes, kTileBytes, 1024);  // V1 right: tiles 4..7
@@ -893,9 +1014,9 @@ MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane
   for (int step = 0; step < steps; ++step) {
     const u32 parity = static_cast<u32>(step) & 1u;
     wait_full<C>(s, 1, 1, parity);
-    issue_qk<kLeftTiles, kQkTiles>(p, dq, dk1, true);
+    issue_qk<kLeftTiles, kQkTiles, C::kF16>(p, dq, dk1, true);
     wait_full<C>(s, 1, 0, parity);
-    issue_qk<0, kLeftTiles>(p, dq, dk1, false);
+    issue_qk<0, kLeftTiles, C::kF16>(p, dq, dk1, false);
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(p);
@@ -909,7 +1030,7 @@ MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane
     l0 *= alpha0;
     l1 *= alpha1;
     exponentiate<C>(p, s, 1, ln, n0, n1, l0, l1);
-    pack_p(p, ps);
+    pack_p<C::kF16>(p, ps);
     if (ln.tig == 0) {
       s.max[ln.r0] = n0;
       s.max[ln.r1] = n1;
@@ -919,12 +1040,12 @@ MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane
     sm90::named_bar_arrive(kBarWg1Max, 256);
 
     sm90::wgmma_fence();
-    issue_pv_rs(o, ps, dv1);
+    issue_pv_rs<C::kF16>(o, ps, dv1);
     sm90::wgmma_commit();
     store_p(s.p1, ps, ln, lane);
     sm90::named_bar_sync(kBarS0Ready, 256);
     sm90::wgmma_fence();
-    issue_pv_ss(o, dp0, dv0);
+    issue_pv_ss<C::kF16>(o, dp0, dv0);
     sm90::wgmma_commit();
     sm90::fence_proxy_async_smem();
     sm90::named_bar_arrive(kBarS1Ready, 256);
@@ -965,6 +1086,7 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
         sm90::mbar_init(s.empty[st][h], 128u);
       }
     }
+    if constexpr (C::kF16) *reinterpret_cast<u32*>(s.rowsum) = 0u;  // load_q's tile maximum
     sm90::mbar_init_fence();
   }
   __syncthreads();
@@ -986,11 +1108,11 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
     ln.tig = lane & 3;
     ln.r0 = 16 * ln.w + ln.gid;
     ln.r1 = ln.r0 + 8;
-    load_q<C>(args, s, token, head0);
+    const float q_unscale = load_q<C>(args, s, token, head0);
     if (wg == 0) {
-      consume_wg0<C>(args, s, ln, lane, token, head0, steps);
+      consume_wg0<C>(args, s, ln, lane, token, head0, steps, q_unscale);
     } else {
-      consume_wg1<C>(args, s, ln, lane, token, head0, steps);
+      consume_wg1<C>(args, s, ln, lane, token, head0, steps, q_unscale);
     }
   }
 }

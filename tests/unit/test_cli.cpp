@@ -68,7 +68,7 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
   CHECK(cli("--help").code == 0);
   // --anchor: only for mla_indexer, and a library that does not load is a usage error (no GPU needed).
   CHECK(cli("bench kv_cache_store --anchor /nonexistent.so").code == 2);
-  CHECK(last_stderr().find("only with OP mla_indexer") != std::string::npos);
+  CHECK(last_stderr().find("only with OP mla_indexer or sparse_prefill") != std::string::npos);
   CHECK(cli("bench mla_indexer --anchor /nonexistent.so").code == 2);
   CHECK(last_stderr().find("--anchor") != std::string::npos);
 }
@@ -222,4 +222,18 @@ TEST_CASE("cli: check and bench without a GPU") {
   CHECK(r.code == 0);
   CHECK(cli("bench kv_cache_store").code == 4);  // no driver: a runtime failure, not a crash
   CHECK(cli("bench nope").code == 2);
+}
+
+TEST_CASE("cli: bench sparse_prefill --anchor checks the library before touching the GPU") {
+  Run r = cli("bench sparse_prefill --anchor /nonexistent/libanchor.so");
+  CHECK(r.code == 2);
+  CHECK(last_stderr().find("--anchor") != std::string::npos);
+  // A loadable library without the symbol.
+  r = cli("bench sparse_prefill --anchor libc.so.6");
+  CHECK(r.code == 2);
+  CHECK(last_stderr().find("anchor_sparse_prefill_bf16") != std::string::npos);
+  // The anchor ABI's shape constraints.
+  r = cli("bench sparse_prefill --shape topk=100,s_kv=1000 --anchor libc.so.6");
+  CHECK(r.code == 2);
+  CHECK(last_stderr().find("multiple of 128") != std::string::npos);
 }

@@ -274,6 +274,44 @@ TEST_CASE("sparse_prefill codegen: deterministic source with the planned entries
   }
 }
 
+TEST_CASE("sparse_prefill codegen: one kernel body per module") {
+  SparsePrefillParams p;  // bf16, H 128: the Hopper kernel is the automatic choice on sm_90a
+  const KernelSpec spec{p};
+  const std::string hopper_if = "#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL))";
+  KernelSource a = generate(spec);
+  CHECK(a.code.find(hopper_if) != std::string::npos);  // the target picks the body
+  CHECK(a.min_arch == "sm_80");
+  KernelSource s80 = generate_sparse_prefill_mode(spec, sparse_prefill::Path::sm80);
+  KernelSource s90 = generate_sparse_prefill_mode(spec, sparse_prefill::Path::sm90);
+  CHECK(s80.code.find("#if 0\n#define MLAJIT_SPARSE_PREFILL_HOPPER 1") != std::string::npos);
+  CHECK(s90.code.find("#if 1\n#define MLAJIT_SPARSE_PREFILL_HOPPER 1") != std::string::npos);
+  CHECK(s90.min_arch == "sm_90a");
+  CHECK(s80.name != s90.name);
+  CHECK(s80.name != a.name);  // distinct cache entries and dumps
+  for (const KernelSource* k : {&a, &s80, &s90}) {
+    REQUIRE(k->entries.size() == 2);  // same entry list whatever the body: the op indexes it by path
+    CHECK(k->entries[sparse_prefill::kEntrySm80].symbol == sparse_prefill::kSymbolSm80);
+    CHECK(k->entries[sparse_prefill::kEntrySm90].symbol == sparse_prefill::kSymbolSm90);
+    CHECK(k->code.find("__trap()") != std::string::npos);  // the other entry is a guard
+  }
+  // fp8 group scales: the portable kernel is the automatic choice everywhere, so the automatic
+  // source never compiles the Hopper body; forcing it is still possible.
+  SparsePrefillParams group = p;
+  group.kv_dtype = DType::fp8_e4m3;
+  group.scale_block_size = 64;
+  KernelSource g = generate(KernelSpec{group});
+  CHECK(g.code.find(hopper_if) == std::string::npos);
+  CHECK(g.code.find("#if 0\n#define MLAJIT_SPARSE_PREFILL_HOPPER 1") != std::string::npos);
+  CHECK_NOTHROW(generate_sparse_prefill_mode(KernelSpec{group}, sparse_prefill::Path::sm90));
+  // A spec the Hopper kernel does not cover: one entry, no forced sm90 source.
+  SparsePrefillParams three = p;
+  three.num_stages = 3;
+  KernelSource t = generate(KernelSpec{three});
+  CHECK(t.entries.size() == 1);
+  CHECK(t.code.find("sparse_prefill/sm90.cuh") == std::string::npos);
+  CHECK_THROWS_AS(generate_sparse_prefill_mode(KernelSpec{three}, sparse_prefill::Path::sm90), Error);
+}
+
 TEST_CASE("sparse_prefill path choice") {
   SparsePrefillParams p;
   CHECK(sparse_prefill::resolve_path(p, "sm_80", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);

@@ -1,7 +1,11 @@
 // Benchmark driver of sparse_prefill; see ops/sparse_prefill/bench.hpp.
 #include "ops/sparse_prefill/bench.hpp"
 
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -12,6 +16,7 @@
 #include "mlajit/runtime.hpp"
 #include "ops/sparse_prefill/launch.hpp"
 #include "ops/sparse_prefill/plan.hpp"
+#include "reference/sparse_prefill_ref.hpp"
 
 namespace mlajit::bench {
 
@@ -20,6 +25,56 @@ namespace {
 constexpr int kLayers = 2;
 constexpr int kLayer = 1;
 constexpr int kWarmup = 3;
+constexpr float kSoftmaxScale = 0.0416667f;
+// Bytes written before every timed launch so that neither kernel starts with the other's (or its
+// own previous) rows in L2: well above the 50 MB L2 of an H100 / H200.
+constexpr size_t kL2FlushBytes = size_t{256} << 20;
+
+// The external reference kernel (see bench.hpp: anchor ABI), resolved by dlopen.
+using AnchorFn = int (*)(const void* q, const void* kv, long long s_kv, const int* indices, int s_q, int h_q,
+                         int topk, float sm_scale, const float* attn_sink, const int* topk_length, void* out,
+                         float* max_logits, float* lse, void* stream);
+using AnchorInfoFn = const char* (*)();
+
+struct Anchor {
+  void* handle = nullptr;
+  AnchorFn run = nullptr;
+  AnchorInfoFn info = nullptr;
+  explicit Anchor(const std::string& path) {
+    handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      const char* e = ::dlerror();
+      throw_invalid("--anchor", path, fmt::format("a loadable shared library ({})", e ? e : "dlopen failed"));
+    }
+    run = reinterpret_cast<AnchorFn>(::dlsym(handle, "anchor_sparse_prefill_bf16"));
+    info = reinterpret_cast<AnchorInfoFn>(::dlsym(handle, "anchor_sparse_prefill_info"));
+    if (!run) {
+      ::dlclose(handle);
+      throw_invalid("--anchor", path, "a library exporting anchor_sparse_prefill_bf16 (see `mlajit bench --help`)");
+    }
+  }
+  ~Anchor() {
+    if (handle) ::dlclose(handle);
+  }
+  Anchor(const Anchor&) = delete;
+  Anchor& operator=(const Anchor&) = delete;
+};
+
+double median_of(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Relative Frobenius error of bf16 tensor `x` against bf16 tensor `ref` (same size).
+double rel_frobenius_bf16(const std::vector<uint16_t>& x, const std::vector<uint16_t>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double a = ref::bf16_to_float(x[i]), b = ref::bf16_to_float(ref[i]);
+    num += (a - b) * (a - b);
+    den += b * b;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
 
 }  // namespace
 
@@ -39,6 +94,13 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   p.emit_lse = a.emit_lse;
   p.validate();
   const sparse_prefill::Path requested = sparse_prefill::parse_path(a.path, "path");
+  const bool with_anchor = !a.anchor.empty();
+  if (with_anchor) {
+    // The anchor ABI's constraints (bench.hpp), checked before any allocation.
+    MLAJIT_EXPECT(a.num_heads % 64 == 0, "heads (with --anchor)", a.num_heads, "a multiple of 64 (anchor ABI)");
+    MLAJIT_EXPECT(a.topk % 128 == 0, "topk (with --anchor)", a.topk, "a multiple of 128 (anchor ABI)");
+  }
+  std::unique_ptr<Anchor> anchor = with_anchor ? std::make_unique<Anchor>(a.anchor) : nullptr;
 
   const int dev = driver::ensure_context();
   Runtime& rt = Runtime::global();
@@ -57,24 +119,27 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   autotune::data::fill_random(blocks, p.kv_dtype, rng);
   driver::DeviceBuffer scales;
   const int spt = p.kv_dtype == DType::fp8_e4m3 ? p.scales_per_token() : 0;
+  std::vector<float> sc;
   if (spt > 0) {
-    std::vector<float> sc(rows * spt);
+    sc.resize(rows * spt);
     for (auto& x : sc) x = rng.uniform(0.25f, 1.0f);
     scales = autotune::data::upload(sc);
   }
 
   // Distinct random positions per row (partial Fisher-Yates over the pool), encoded through the
-  // shuffled lookup table.
+  // shuffled lookup table. `positions` keeps the unencoded ones for the anchor.
   const auto lut = autotune::data::shuffled_lookup_table(1, num_blocks, rng);
   std::vector<uint32_t> pool(static_cast<size_t>(a.s_kv));
   std::iota(pool.begin(), pool.end(), 0u);
   std::vector<uint32_t> idx(static_cast<size_t>(T * stride), 0xFFFFFFFFu);
+  std::vector<int32_t> positions(with_anchor ? static_cast<size_t>(T * a.topk) : 0);
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t j = 0; j < a.topk; ++j) {
       const size_t k = static_cast<size_t>(j) + rng.below(static_cast<uint32_t>(a.s_kv - j));
       std::swap(pool[static_cast<size_t>(j)], pool[k]);
       const uint32_t pos = pool[static_cast<size_t>(j)];
       idx[static_cast<size_t>(t * stride + j)] = lut[pos / p.page_size] * p.page_size + pos % p.page_size;
+      if (with_anchor) positions[static_cast<size_t>(t * a.topk + j)] = static_cast<int32_t>(pos);
     }
   }
   driver::DeviceBuffer indices = autotune::data::upload(idx);
@@ -91,20 +156,74 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   if (spt > 0) kv.scales = TensorView(scales.get(), DType::f32, {num_blocks, 1, kLayers, p.page_size, 1, spt});
   const SparsePrefillArgs args = sparse_prefill::make_args(
       p, TensorView(q.get(), DType::bf16, {T, H, 576}), kv, TensorView(indices.get(), DType::u32, {T, stride}),
-      TensorView(lengths.get(), DType::u32, {T}), kLayer, 0.0416667f,
+      TensorView(lengths.get(), DType::u32, {T}), kLayer, kSoftmaxScale,
       p.attn_sink ? TensorView(sink.get(), DType::f32, {H}) : TensorView(),
       TensorView(out.get(), DType::bf16, {T, H, 512}), p.emit_lse ? TensorView(lse.get(), DType::f32, {T, H}) : TensorView());
-  auto kernel = rt.get(KernelSpec{p});  // compile / load outside the timed region
+  auto kernel = sparse_prefill::kernel_for(p, path);  // compile / load outside the timed region
+
+  // The anchor's inputs: the same q, the same key rows (position pos of the sequence = physical
+  // row lut[pos / page] * page + pos % page of layer kLayer, as a contiguous bf16 [s_kv, 1, 576];
+  // an fp8 cache is dequantised with its scales, e4m3 * scale rounded once to bf16) and the same
+  // keys per query as plain int32 positions.
+  driver::DeviceBuffer a_kv, a_idx, a_out, a_maxl, a_lse;
+  if (with_anchor) {
+    const size_t es = dtype_size(p.kv_dtype);
+    const size_t page_bytes = static_cast<size_t>(p.page_size) * 576 * es;
+    std::vector<uint8_t> page(page_bytes);
+    std::vector<uint16_t> kv_h(static_cast<size_t>(a.s_kv) * 576);
+    for (int64_t pg = 0; pg < pages; ++pg) {
+      const size_t row0 = static_cast<size_t>(lut[pg]) * kLayers * p.page_size + static_cast<size_t>(kLayer) * p.page_size;
+      blocks.download(page.data(), page_bytes, row0 * 576 * es);
+      for (int r = 0; r < p.page_size; ++r) {
+        const int64_t pos = pg * p.page_size + r;
+        if (pos >= a.s_kv) break;
+        uint16_t* dst = kv_h.data() + pos * 576;
+        if (p.kv_dtype == DType::bf16) {
+          std::memcpy(dst, page.data() + static_cast<size_t>(r) * 1152, 1152);
+        } else {
+          for (int e = 0; e < 576; ++e) {
+            const float s = spt > 0 ? sc[(row0 + r) * spt + e / p.scale_block_size] : 1.0f;
+            dst[e] = ref::float_to_bf16(ref::e4m3_to_float(page[static_cast<size_t>(r) * 576 + e]) * s);
+          }
+        }
+      }
+    }
+    a_kv = autotune::data::upload(kv_h);
+    a_idx = autotune::data::upload(positions);
+    a_out = driver::DeviceBuffer(static_cast<size_t>(T * H * 512 * 2));
+    a_maxl = driver::DeviceBuffer(static_cast<size_t>(T * H * 4));
+    a_lse = driver::DeviceBuffer(static_cast<size_t>(T * H * 4));
+  }
 
   Stream stream = driver::create_stream();
-  for (int i = 0; i < kWarmup; ++i) sparse_prefill::launch(*kernel, p, path, args, stream);
-  std::vector<float> ms;
+  auto run_mlajit = [&] { sparse_prefill::launch(*kernel, p, path, args, stream); };
+  auto run_anchor = [&] {
+    const int rc = anchor->run(q.get(), a_kv.get(), a.s_kv, static_cast<const int*>(a_idx.get()), static_cast<int>(T),
+                               static_cast<int>(H), a.topk, kSoftmaxScale,
+                               p.attn_sink ? static_cast<const float*>(sink.get()) : nullptr, nullptr, a_out.get(),
+                               static_cast<float*>(a_maxl.get()), static_cast<float*>(a_lse.get()), stream);
+    if (rc != 0) throw_error(ErrorKind::Driver, "anchor_sparse_prefill_bf16 ({}) returned {}", a.anchor, rc);
+  };
+  for (int i = 0; i < kWarmup; ++i) {
+    run_mlajit();
+    if (with_anchor) run_anchor();
+  }
+  driver::stream_synchronize(stream);
+  // Interleaved reps, each after an L2 flush: mlajit and the anchor see the same machine state.
+  driver::DeviceBuffer flush(kL2FlushBytes);
+  std::vector<float> ms, ms_anchor;
   driver::EventTimer timer;
-  for (int r = 0; r < a.reps; ++r) {
+  auto timed = [&](auto&& fn) {
+    flush.fill_bytes(static_cast<uint8_t>(ms.size()));
+    driver::synchronize();
     timer.start(stream);
-    sparse_prefill::launch(*kernel, p, path, args, stream);
+    fn();
     timer.stop(stream);
-    ms.push_back(timer.elapsed_ms());
+    return timer.elapsed_ms();
+  };
+  for (int r = 0; r < a.reps; ++r) {
+    ms.push_back(timed(run_mlajit));
+    if (with_anchor) ms_anchor.push_back(timed(run_anchor));
   }
   driver::destroy_stream(stream);
   std::vector<float> sorted = ms;
@@ -128,6 +247,31 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   j["ms"] = {{"median", median}, {"min", best}, {"max", worst}};
   j["tflops"] = flops / (median * 1e-3) / 1e12;
   j["tflops_best"] = flops / (best * 1e-3) / 1e12;
+  if (with_anchor) {
+    const double am = median_of(ms_anchor);
+    // Same inputs, same math: the outputs agree to bf16 rounding (fp8 caches: the anchor reads the
+    // bf16-dequantised rows, mlajit the fp8 ones with their scales).
+    const size_t n_out = static_cast<size_t>(T * H * 512), n_lse = static_cast<size_t>(T * H);
+    std::vector<uint16_t> o1(n_out), o2(n_out);
+    out.download(o1.data(), n_out * 2);
+    a_out.download(o2.data(), n_out * 2);
+    nlohmann::json cmp;
+    cmp["out_rel_frobenius"] = rel_frobenius_bf16(o1, o2);
+    if (p.emit_lse) {
+      std::vector<float> l1(n_lse), l2(n_lse);
+      lse.download(l1.data(), n_lse * 4);
+      a_lse.download(l2.data(), n_lse * 4);
+      double worst_lse = 0;
+      for (size_t i = 0; i < n_lse; ++i) worst_lse = std::max(worst_lse, std::fabs(static_cast<double>(l1[i]) - l2[i]));
+      cmp["lse_max_abs_diff"] = worst_lse;
+    }
+    j["anchor"] = {{"library", a.anchor},
+                   {"info", anchor->info ? anchor->info() : ""},
+                   {"ms_median", am},
+                   {"tflops", flops / (am * 1e-3) / 1e12},
+                   {"ratio", am / median},  // mlajit speed / anchor speed (> 1: mlajit faster)
+                   {"compare", cmp}};
+  }
   return j;
 }
 

@@ -25,12 +25,30 @@ struct SparsePrefillBenchArgs {
   bool emit_lse = true;
   int reps = 20;
   std::string path = "auto";  // auto | sm80 | sm90
+  // Optional: a shared library timed side by side on the same inputs (see below); "" = none.
+  std::string anchor;
 };
+
+// Anchor ABI (`mlajit bench sparse_prefill --anchor LIB.so`): LIB is dlopened and must export
+//   extern "C" int anchor_sparse_prefill_bf16(const void* q, const void* kv, long long s_kv,
+//       const int* indices, int s_q, int h_q, int topk, float sm_scale,
+//       const float* attn_sink /*nullable*/, const int* topk_length /*nullable*/, void* out,
+//       float* max_logits, float* lse, void* stream /*a CUstream*/);   // 0 = launched
+// and optionally `const char* anchor_sparse_prefill_info(void)`. Layouts (contiguous): q bf16
+// [s_q, h_q, 576], kv bf16 [s_kv, 1, 576], indices int32 [s_q, 1, topk] (positions into kv),
+// attn_sink f32 [h_q], out bf16 [s_q, h_q, 512], max_logits / lse f32 [s_q, h_q]; lse natural log
+// without the sink, out = sum p v / (sum p + exp(sink)) -- the op's semantics (SPEC §3). Needs
+// heads % 64 == 0 and topk % 128 == 0. The anchor gets the same q, the same key rows (an fp8 cache
+// dequantised to bf16) and the same keys per query as mlajit; both are timed in alternating reps,
+// each after an L2 flush.
 
 // CUDA-event timings after 3 warm-up launches over `reps` launches:
 //   {"op", "params", "path", "arch", "device", "s_q", "num_heads", "topk", "s_kv", "reps",
 //    "flops" (2 * sum(topk_lengths) * H * (576 + 512)), "ms": {"median", "min", "max"},
-//    "tflops" (flops / median), "tflops_best" (flops / min)}.
+//    "tflops" (flops / median), "tflops_best" (flops / min)}, and with an anchor
+//    "anchor": {"library", "info", "ms_median", "tflops", "ratio" (anchor ms / mlajit ms: > 1 means
+//    mlajit is faster), "compare": {"out_rel_frobenius", "lse_max_abs_diff"}} (mlajit vs anchor).
+// Every timed launch follows a 256 MiB device write (L2 flush).
 // Throws Error(InvalidArgument) for bad arguments, Error(Driver) without a GPU.
 nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args);
 

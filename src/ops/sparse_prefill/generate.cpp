@@ -1,19 +1,22 @@
-// Source generator of sparse_prefill (SPEC §3). One translation unit per spec holding:
-//   entry 0  mlajit_sparse_prefill_sm80: the portable mma.sync kernel of
-//            templates/sparse_prefill/sm80.cuh, compiled for every target (sm_80 and newer);
-//   entry 1  mlajit_sparse_prefill_sm90: the wgmma kernel of templates/sparse_prefill/sm90.cuh,
-//            emitted for the specs that kernel covers (ops/sparse_prefill/plan.cpp: sm90_supported).
-//            Its body is compiled only when the target has the sm_90a feature set; on other
-//            targets the symbol exists with an empty body and the op never launches it (it picks
-//            the entry by the device's arch).
-// One source therefore compiles for any target the runtime asks for, and the cache key (source +
-// arch) keeps the per-arch cubins apart. Launch geometry comes from ops/sparse_prefill/plan.hpp,
-// shared with the op.
+// Source generator of sparse_prefill (SPEC §3). Every source declares the same two entries:
+//   entry 0  mlajit_sparse_prefill_sm80: the portable mma.sync kernel (templates/sparse_prefill/sm80.cuh);
+//   entry 1  mlajit_sparse_prefill_sm90: the wgmma kernel (templates/sparse_prefill/sm90.cuh),
+// but compiles exactly ONE of the two bodies: the other entry is a guard that traps if launched
+// (the op never launches it: ops/sparse_prefill/op.cpp picks the module by path). Compiling one
+// kernel per module halves the cold NVRTC time of a spec (the arch picks the body while
+// preprocessing, so the other template is not even parsed).
+//   Mode automatic (generate(spec), what Runtime::get / `mlajit build` compile): the wgmma body when
+//     the target has the sm_90a feature set and the Hopper kernel is the automatic choice for the
+//     spec (plan.hpp: sm90_supported && sm90_preferred), else the portable body.
+//   Mode sm80 / sm90: that body whatever the target (the op's forced paths and its fallbacks on
+//     sm_90a, e.g. a negative softmax scale); sm90 needs an sm_90a target (min_arch).
+// Launch geometry comes from ops/sparse_prefill/plan.hpp, shared with the op.
 #include <string>
 #include <variant>
 
 #include "ops/generators.hpp"
 #include "mlajit/error.hpp"
+#include "ops/sparse_prefill/launch.hpp"
 #include "ops/sparse_prefill/plan.hpp"
 
 namespace mlajit {
@@ -26,6 +29,7 @@ std::string sm80_part(const SparsePrefillParams& p, const sparse_prefill::Sm80Pl
   const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
   return fmt::format(
       "// Portable path: {} CTA(s) of {} threads per token, {} heads each, {} keys per step, {} B shared memory.\n"
+      "#include \"sparse_prefill/sm80.cuh\"\n"
       "using SparsePrefillSm80 = mj::sparse_prefill_sm80::Config</*num_heads*/ {}, /*m_tiles*/ {}, /*key_tile*/ {},\n"
       "    /*kv_fp8*/ {}, /*scale_block*/ {}, /*attn_sink*/ {}, /*emit_lse*/ {}, /*page_size*/ {}>;\n"
       "static_assert(SparsePrefillSm80::kSmemBytes == {}, \"host plan and device layout disagree\");\n"
@@ -41,58 +45,88 @@ std::string sm80_part(const SparsePrefillParams& p, const sparse_prefill::Sm80Pl
 std::string sm90_part(const SparsePrefillParams& p, const sparse_prefill::Sm90Plan& plan) {
   const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
   return fmt::format(
-      "\n// Hopper path (sm_90a only): {} CTA(s) of {} threads per token, {} B shared memory.\n"
-      "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
-      "#define MLAJIT_SPARSE_PREFILL_SM90 1\n"
+      "// Hopper path: {} CTA(s) of {} threads per token, {} B shared memory.\n"
       "#include \"sparse_prefill/sm90.cuh\"\n"
       "using SparsePrefillSm90 = mj::sparse_prefill_sm90::Config</*num_heads*/ {}, /*b_topk*/ {}, /*kv_fp8*/ {},\n"
       "    /*scale_block*/ {}, /*attn_sink*/ {}, /*emit_lse*/ {}, /*page_size*/ {}, /*num_stages*/ {}>;\n"
       "static_assert(SparsePrefillSm90::kSmemBytes == {} && SparsePrefillSm90::kThreads == {} &&\n"
       "              SparsePrefillSm90::kCtasPerToken == {}, \"host plan and device layout disagree\");\n"
-      "#endif\n"
       "extern \"C\" __global__ void __launch_bounds__({}, 1) {}(const __grid_constant__ SparsePrefillArgs args) {{\n"
-      "#if defined(MLAJIT_SPARSE_PREFILL_SM90)\n"
       "  mj::sparse_prefill_sm90::run<SparsePrefillSm90>(args);\n"
-      "#endif\n"
       "}}\n",
       plan.head_tiles, plan.threads, plan.smem_bytes, p.num_q_heads, p.b_topk, cpp_bool(fp8),
       fp8 ? p.scale_block_size : 0, cpp_bool(p.attn_sink), cpp_bool(p.emit_lse), p.page_size, plan.num_stages,
       plan.smem_bytes, plan.threads, plan.head_tiles, plan.threads, sparse_prefill::kSymbolSm90);
 }
 
+// The entry whose body this module does not compile: it exists so that every module has both
+// symbols (the runtime resolves all entries at load), and traps if it is ever launched.
+std::string guard_entry(const char* symbol, int threads, bool grid_constant) {
+  return fmt::format(
+      "extern \"C\" __global__ void __launch_bounds__({}, 1) {}(const {}SparsePrefillArgs) {{\n"
+      "  __trap();  // this module holds the other path's kernel: the op never launches this entry\n"
+      "}}\n",
+      threads, symbol, grid_constant ? "__grid_constant__ " : "");
+}
+
 }  // namespace
 
-KernelSource generate_sparse_prefill(const KernelSpec& spec) {
+KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill::Path mode) {
   spec.validate();
   const auto* pp = std::get_if<SparsePrefillParams>(&spec.params);
   if (!pp) throw_error(ErrorKind::Internal, "generate_sparse_prefill called for op {}", op_name(spec.op()));
   const SparsePrefillParams& p = *pp;
+  const bool covered = sparse_prefill::sm90_supported(p);
+  if (mode == sparse_prefill::Path::sm90 && !covered)
+    throw_invalid("sparse_prefill path sm90: params", spec.name(), "a spec the sm90 kernel covers (num_stages 0 or 2)");
 
   KernelSource src;
   src.spec = spec;
   src.name = spec.name();
-  src.min_arch = "sm_80";
+  if (mode != sparse_prefill::Path::automatic) src.name += std::string("_") + sparse_prefill::path_name(mode);
+  src.min_arch = mode == sparse_prefill::Path::sm90 ? "sm_90a" : "sm_80";
 
   const auto plan80 = sparse_prefill::sm80_plan(p);
+  const auto plan90 = covered ? sparse_prefill::sm90_plan(p) : sparse_prefill::Sm90Plan{};
   std::string code = source_header(spec);
   code += fmt::format(
       "// sparse_prefill: q bf16 [T, {}, 576], latent cache {} (page {}{}), out bf16 [T, {}, 512]{}{}\n"
-      "#include \"sparse_prefill/sm80.cuh\"\n\n",
+      "// Kernel compiled in this module: {}.\n",
       p.num_q_heads, dtype_name(p.kv_dtype), p.page_size,
       p.kv_dtype == DType::fp8_e4m3 ? fmt::format(", scale block {}", p.scale_block_size) : std::string(),
-      p.num_q_heads, p.emit_lse ? ", lse f32 [T, H]" : "", p.attn_sink ? ", attention sink" : "");
+      p.num_q_heads, p.emit_lse ? ", lse f32 [T, H]" : "", p.attn_sink ? ", attention sink" : "",
+      mode == sparse_prefill::Path::sm80 ? "the portable one (forced)"
+      : mode == sparse_prefill::Path::sm90 ? "the Hopper one (forced)"
+      : covered && sparse_prefill::sm90_preferred(p) ? "the Hopper one on sm_90a targets, else the portable one"
+                                                      : "the portable one (the automatic choice for this spec)");
+  // MLAJIT_SPARSE_PREFILL_HOPPER: 1 when this compile takes the wgmma body.
+  const char* hopper_cond = mode == sparse_prefill::Path::sm90   ? "1"
+                            : mode == sparse_prefill::Path::sm80 ? "0"
+                            : covered && sparse_prefill::sm90_preferred(p)
+                                ? "(defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL))"
+                                : "0";
+  code += fmt::format("#if {}\n#define MLAJIT_SPARSE_PREFILL_HOPPER 1\n#else\n#define MLAJIT_SPARSE_PREFILL_HOPPER 0\n#endif\n",
+                      hopper_cond);
+  code += "#if MLAJIT_SPARSE_PREFILL_HOPPER\n";
+  code += covered ? sm90_part(p, plan90) +
+                        guard_entry(sparse_prefill::kSymbolSm80, plan80.threads, false)
+                  : std::string("#error \"unreachable: no Hopper kernel for this spec\"\n");
+  code += "#else\n";
   code += sm80_part(p, plan80);
+  if (covered) code += guard_entry(sparse_prefill::kSymbolSm90, plan90.threads, true);
+  code += "#endif\n";
+
   src.entries.push_back({sparse_prefill::kSymbolSm80, static_cast<unsigned>(plan80.threads),
                          static_cast<unsigned>(plan80.smem_bytes)});
-
-  if (sparse_prefill::sm90_supported(p)) {
-    const auto plan90 = sparse_prefill::sm90_plan(p);
-    code += sm90_part(p, plan90);
+  if (covered)
     src.entries.push_back({sparse_prefill::kSymbolSm90, static_cast<unsigned>(plan90.threads),
                            static_cast<unsigned>(plan90.smem_bytes)});
-  }
   src.code = std::move(code);
   return src;
+}
+
+KernelSource generate_sparse_prefill(const KernelSpec& spec) {
+  return generate_sparse_prefill_mode(spec, sparse_prefill::Path::automatic);
 }
 
 }  // namespace mlajit

@@ -2,6 +2,7 @@
 // The layers under ops::sparse_prefill, exposed inside mlajit for the tests and the benchmark:
 // argument validation (every view against the params, before any runtime or driver call), kernel
 // argument construction, path choice, and the launch of one specific entry.
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -33,7 +34,13 @@ bool path_available(const SparsePrefillParams& p, const std::string& arch, Path 
 // sm90 where available and preferred (ops/sparse_prefill/plan.hpp: sm90_preferred), else sm80.
 Path resolve_path(const SparsePrefillParams& p, const std::string& arch, Path requested);
 
-// Launches entry `path` (sm80 | sm90) of `kernel` (built from `p`) over args.num_tokens tokens.
+// The module that holds the compiled kernel of `path` (sm80 | sm90, resolved) for `p` on the current
+// device. Each module compiles one kernel body (ops/sparse_prefill/generate.cpp): the automatic
+// choice comes from Runtime::get (what `mlajit build` prebuilds); the other path of an sm_90a
+// device (forced, or the negative-scale fallback) from its own source, loaded once per process.
+std::shared_ptr<const Kernel> kernel_for(const SparsePrefillParams& p, Path path);
+
+// Launches entry `path` (sm80 | sm90) of `kernel` (kernel_for(p, path)) over args.num_tokens tokens.
 void launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, const SparsePrefillArgs& args,
             Stream stream);
 
@@ -43,3 +50,10 @@ void run(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCach
          const TensorView& out, const TensorView& lse, Path path, Stream stream);
 
 }  // namespace mlajit::sparse_prefill
+
+namespace mlajit {
+// The source of `spec` compiling one path's kernel: Path::automatic = generate(spec) (the Hopper
+// kernel on sm_90a targets where it is the automatic choice, else the portable one); sm80 / sm90:
+// that kernel on any target it supports.
+KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill::Path mode);
+}  // namespace mlajit

@@ -6,7 +6,11 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 
+#include "mlajit/driver.hpp"
 #include "mlajit/error.hpp"
 #include "mlajit/ops.hpp"
 #include "mlajit/runtime.hpp"
@@ -167,6 +171,40 @@ Path resolve_path(const SparsePrefillParams& p, const std::string& arch, Path re
   return Path::sm80;
 }
 
+namespace {
+
+// Modules of the non-automatic path, per (device, spec, path): Runtime::get caches by spec only.
+struct ForcedModules {
+  std::mutex mu;
+  std::map<std::tuple<int, std::string, int>, std::shared_ptr<const Kernel>> modules;
+};
+
+ForcedModules& forced_modules() {
+  static ForcedModules* m = new ForcedModules;  // never destroyed: modules stay loaded until exit
+  return *m;
+}
+
+}  // namespace
+
+std::shared_ptr<const Kernel> kernel_for(const SparsePrefillParams& p, Path path) {
+  if (path == Path::automatic) throw_error(ErrorKind::Internal, "sparse_prefill::kernel_for needs a resolved path");
+  Runtime& rt = Runtime::global();
+  const std::string arch = rt.arch();
+  const KernelSpec spec{p};
+  // What the automatic source compiles on this arch (generate.cpp: MLAJIT_SPARSE_PREFILL_HOPPER).
+  const bool auto_is_sm90 = arch == "sm_90a" && sm90_supported(p) && sm90_preferred(p);
+  if ((path == Path::sm90) == auto_is_sm90) return rt.get(spec);
+  const int device = driver::ensure_context();
+  auto& fm = forced_modules();
+  const auto key = std::make_tuple(device, spec.canonical(), static_cast<int>(path));
+  std::lock_guard<std::mutex> lk(fm.mu);
+  auto it = fm.modules.find(key);
+  if (it != fm.modules.end()) return it->second;
+  auto k = rt.load_source(generate_sparse_prefill_mode(spec, path));
+  fm.modules.emplace(key, k);
+  return k;
+}
+
 void launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, const SparsePrefillArgs& args,
             Stream stream) {
   if (args.num_tokens == 0) return;
@@ -207,7 +245,7 @@ void run(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCach
       throw_invalid("softmax_scale (sm90 path)", softmax_scale, ">= 0 on the sm90 kernel (the sm80 path takes any)");
     chosen = Path::sm80;
   }
-  auto kernel = rt.get(KernelSpec{p});
+  auto kernel = kernel_for(p, chosen);
   launch(*kernel, p, chosen, args, stream);
 }
 
