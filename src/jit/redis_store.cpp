@@ -36,8 +36,13 @@ struct RedisStore::Reply {
 
 RedisAddress RedisAddress::parse(const std::string& url) {
   const std::string scheme = "redis://";
+  // Errors show the string with its password masked: they end up in logs.
+  std::string shown = url;
+  if (auto at = shown.rfind('@'); at != std::string::npos && shown.size() > scheme.size() &&
+                                  shown.compare(0, scheme.size(), scheme) == 0)
+    shown = scheme + "***@" + shown.substr(at + 1);
   auto bad = [&](const char* what) -> RedisAddress {
-    throw_invalid("MLAJIT_REMOTE_CACHE", url, std::string("redis://[:password@]host[:port][/db] (") + what + ")");
+    throw_invalid("MLAJIT_REMOTE_CACHE", shown, std::string("redis://[:password@]host[:port][/db] (") + what + ")");
   };
   if (url.compare(0, scheme.size(), scheme) != 0) return bad("only the redis:// scheme is supported");
   RedisAddress a;

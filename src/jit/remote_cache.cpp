@@ -224,7 +224,9 @@ std::optional<std::string> RemoteCache::unwrap(const std::string& domain, const 
   };
   if (blob.size() < kWrapHeader || std::memcmp(blob.data(), kMagic, 8) != 0)
     return fail("not an mlajit remote entry (bad magic or truncated)", signing());
-  if (get_u32(blob, 8) != kVersion) return fail(fmt::format("remote format version {}, expected {}", get_u32(blob, 8), kVersion), false);
+  // With a key, whatever cannot be verified counts as a bad signature, whatever the reason.
+  if (get_u32(blob, 8) != kVersion)
+    return fail(fmt::format("remote format version {}, expected {}", get_u32(blob, 8), kVersion), signing());
   std::string body = blob.substr(kWrapHeader);
   if (signing()) {
     if (!(get_u32(blob, 12) & kSignedFlag)) return fail("unsigned entry, and this node requires signatures", true);
@@ -253,7 +255,7 @@ std::optional<CacheEntry> RemoteCache::get(const std::string& key) {
   }
   ++(bad_sig ? n_.bad_signature : n_.corrupt);
   ++n_.misses;
-  log::warn("remote cache {}: refused entry {} ({}); not loaded, compiling locally", store_->describe(),
+  log::warn("remote cache {}: refused entry {} ({}); not loaded", store_->describe(),
             entry_name(key), why);
   return std::nullopt;
 }
