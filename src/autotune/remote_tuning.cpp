@@ -1,6 +1,8 @@
 // Tuning records through the remote tier (autotune/remote_tuning.hpp).
 #include "autotune/remote_tuning.hpp"
 
+#include <map>
+
 #include <nlohmann/json.hpp>
 
 #include "jit/remote_cache.hpp"
@@ -40,9 +42,30 @@ TuningShare pull_tuning(const TuningDb& db, RemoteCache& remote) {
       log::debug("remote tuning record not understood by this build, skipped: {}", e.what());
     }
   }
-  s.merged = records.empty() ? db.load().size() : db.merge(records);
+  // Merge only what would change the file (a new key, or a faster record for a known key), so
+  // that nodes starting up do not rewrite an up-to-date tuning.json every time.
+  auto local = db.load();
+  std::map<std::string, double> best;
+  for (const auto& r : local) best[r.key()] = r.median_ms;
+  bool news = false;
+  for (const auto& r : records) {
+    auto it = best.find(r.key());
+    news = news || it == best.end() || r.median_ms < it->second;
+  }
+  s.merged = news ? db.merge(records) : local.size();
   s.local = s.merged;
   return s;
+}
+
+void pull_remote_tuning(const std::string& db_path) {
+  if (RemoteCache* remote = RemoteCache::global()) {
+    try {
+      TuningShare s = pull_tuning(TuningDb(db_path), *remote);
+      log::debug("tuning database {}: {} verified records from the remote cache, {} records now", db_path, s.remote, s.merged);
+    } catch (const Error& e) {
+      log::warn("could not merge the remote cache's tuning records into {}: {}", db_path, e.what());
+    }
+  }
 }
 
 void share_tuned_records(const std::vector<TuningRecord>& records) {

@@ -4,6 +4,7 @@
 // never overwrite, and a download is merged into the local tuning.json by TuningDb::merge (equal
 // keys keep the faster record; nothing is lost).
 #include <cstddef>
+#include <string>
 
 #include "mlajit/autotune.hpp"
 
@@ -24,6 +25,10 @@ struct TuningShare {
 TuningShare push_tuning(const TuningDb& db, RemoteCache& remote);
 // Downloads every verified record and merges those this build understands into `db`.
 TuningShare pull_tuning(const TuningDb& db, RemoteCache& remote);
+// Merges the remote's verified records into the database at `db_path` through the environment's
+// remote tier, if one is configured (the run-time index calls it once, before it loads the file).
+// Never throws.
+void pull_remote_tuning(const std::string& db_path);
 // Uploads freshly tuned records through the environment's remote tier, if one is configured.
 void share_tuned_records(const std::vector<TuningRecord>& records);
 

@@ -335,6 +335,33 @@ TEST_CASE("remote: a tuning record shared between two nodes (two cache dirs), me
   CHECK(autotune::pull_tuning(dbc, *rcn).remote == 3);
   CHECK(rcn->stats().bad_signature == 1);
   CHECK(dbc.load().size() == 2);
+
+  // A node configured by the environment merges the fleet's records when its run-time index
+  // first loads (pull_remote_tuning); in a child process, whose process-wide tier is fresh.
+  TempDir d("nodeD");
+  const std::string key_file = (d.path / "fleet.key").string();
+  {
+    std::ofstream(key_file) << kFleetKey;
+  }
+  ::chmod(key_file.c_str(), 0600);
+  const std::string db_path = autotune::TuningDb::default_path((d.path / "cache").string());
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::setenv("MLAJIT_REMOTE_CACHE", server.url().c_str(), 1);
+    ::setenv("MLAJIT_REMOTE_CACHE_PREFIX", "test:", 1);
+    ::setenv("MLAJIT_REMOTE_CACHE_KEY_FILE", key_file.c_str(), 1);
+    autotune::pull_remote_tuning(db_path);
+    ::_exit(0);
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st));
+  CHECK(autotune::TuningDb(db_path).load().size() == 2);
+  // Up to date: a second pull leaves the file alone.
+  auto before = fs::last_write_time(db_path);
+  autotune::pull_tuning(autotune::TuningDb(db_path), *rcn);
+  CHECK(fs::last_write_time(db_path) == before);
 }
 
 TEST_CASE("remote: mlajit cache push from a build node, pull into a fresh node, build from the remote") {
