@@ -7,7 +7,9 @@ need=()
 dpkg -s cmake >/dev/null 2>&1 || command -v cmake >/dev/null || need+=(cmake)
 command -v g++ >/dev/null || need+=(g++)
 command -v make >/dev/null || need+=(make)
-for p in libfmt-dev nlohmann-json3-dev doctest-dev; do
+# libhiredis-dev: the remote cache's Redis client (linked statically); redis-server: the remote
+# cache test suite starts one on a loopback port (it reports itself skipped without it).
+for p in libfmt-dev nlohmann-json3-dev doctest-dev libhiredis-dev redis-server; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

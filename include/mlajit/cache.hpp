@@ -138,6 +138,11 @@ class DiskCache {
   void evict_over_cap(const std::string& keep_key);
 };
 
+// The bytes of one entry file (layout above), and their verified parse (nullopt and `why` when
+// any check fails); the remote tier ships exactly these bytes.
+std::string encode_cache_entry(const std::string& key, const CacheEntryMeta& meta, const std::string& cubin);
+std::optional<CacheEntry> decode_cache_entry(const std::string& data, const std::string& key, std::string* why = nullptr);
+
 // Throws Error(InvalidArgument) unless `key` is 64 lowercase hex characters.
 void validate_cache_key(const std::string& key);
 

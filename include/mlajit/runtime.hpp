@@ -1,7 +1,7 @@
 #pragma once
 // Runtime: KernelSpec -> launchable Kernel on the current device. Lookup order: memory cache
-// (per spec and device, single flight) -> disk cache -> NVRTC compile (then disk put) -> module
-// load through the driver. Thread-safe; the hot path (a memory hit) takes no global lock for long.
+// (per spec and device, single flight) -> disk cache -> remote cache (MLAJIT_REMOTE_CACHE) ->
+// NVRTC compile (then disk and remote put) -> module load through the driver. Thread-safe; the hot path (a memory hit) takes no global lock for long.
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -38,6 +38,7 @@ class Kernel {
 };
 
 class DiskCache;
+class RemoteCache;
 
 // Construction options of a non-global runtime (tests, embedders with their own cache policy).
 struct RuntimeOptions {
@@ -46,6 +47,9 @@ struct RuntimeOptions {
   // Disk cache; empty: DiskCache::default_cache() (the environment's). Ignored when disabled.
   std::shared_ptr<DiskCache> disk_cache;
   bool disk_cache_enabled = true;  // false: never read or write the disk cache
+  // Fleet-shared tier behind the disk cache; empty: RemoteCache::global() (MLAJIT_REMOTE_CACHE).
+  std::shared_ptr<RemoteCache> remote_cache;
+  bool remote_cache_enabled = true;  // false: never consult the remote tier
 };
 
 struct CompileStats;  // see compiler.hpp

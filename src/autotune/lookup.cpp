@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 
+#include "autotune/remote_tuning.hpp"
 #include "mlajit/autotune.hpp"
 #include "mlajit/config.hpp"
 #include "mlajit/driver.hpp"
@@ -49,6 +50,7 @@ const TuningIndex* publish(std::unique_ptr<TuningIndex> idx) {
 
 std::unique_ptr<TuningIndex> load_index(const std::string& cache_dir) {
   const std::string path = TuningDb::default_path(cache_dir);
+  pull_remote_tuning(path);  // the fleet's records first (a no-op without MLAJIT_REMOTE_CACHE)
   try {
     auto idx = std::make_unique<TuningIndex>(TuningDb(path).load());
     log::debug("tuning database {}: {} records for mlajit {}", path, idx->size(), kVersion);

@@ -22,6 +22,7 @@
 #include "mlajit/error.hpp"
 #include "mlajit/log.hpp"
 #include "mlajit/version.hpp"
+#include "autotune/remote_tuning.hpp"
 #include "core/parallel.hpp"
 
 namespace mlajit::autotune {
@@ -377,6 +378,7 @@ TuneReport tune(const std::vector<TuneGroup>& groups, const TuneOptions& opts) {
       TuningDb(rep.db_path).merge(records);
       rep.db_written = records.size();
       reload_tuning_index(cache_dir);
+      share_tuned_records(records);  // the fleet's copy (a no-op without MLAJIT_REMOTE_CACHE)
     } catch (const Error& e) {
       rep.db_error = e.what();
       log::error("tune: the winners were not saved: {}", e.what());

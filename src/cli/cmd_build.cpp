@@ -11,6 +11,8 @@
 #include "cli/cli_common.hpp"
 #include "cli/commands.hpp"
 #include "cli/progress.hpp"
+#include "cli/remote_report.hpp"
+#include "jit/remote_cache.hpp"
 #include "mlajit/build.hpp"
 #include "mlajit/kernel_set.hpp"
 #include "core/parallel.hpp"
@@ -53,7 +55,7 @@ int cmd_build(const Argv& argv) {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  size_t compiled = 0, hits = 0, failed = 0;
+  size_t compiled = 0, hits = 0, remote_hits = 0, failed = 0;
   int worst = 0;
   nlohmann::json results = nlohmann::json::array();
   for (size_t i = 0; i < out.size(); ++i) {
@@ -67,7 +69,8 @@ int cmd_build(const Argv& argv) {
                               : o.error_kind == static_cast<int>(ErrorKind::InvalidArgument) ? 2 : 4);
     } else {
       (o.r.cache_hit ? hits : compiled) += 1;
-      r["status"] = o.r.cache_hit ? "cache_hit" : "compiled";
+      remote_hits += o.r.remote_hit ? 1 : 0;
+      r["status"] = o.r.remote_hit ? "remote_hit" : o.r.cache_hit ? "cache_hit" : "compiled";
       r["key"] = o.r.key;
       r["compile_seconds"] = o.r.compile_seconds;
       r["seconds"] = o.r.seconds;
@@ -80,6 +83,10 @@ int cmd_build(const Argv& argv) {
     nlohmann::json j = {{"kernels", todo.size()}, {"compiled", compiled}, {"cache_hits", hits},
                         {"failed", failed},       {"seconds", seconds},   {"arch", arch},
                         {"jobs", jobs},           {"cache_dir", cache->dir()}, {"results", results}};
+    if (RemoteCache* remote = RemoteCache::global()) {
+      j["remote_hits"] = remote_hits;
+      j["remote"] = {{"url", remote->describe()}, {"signed", remote->signing()}, {"counters", remote_counters_json(*remote)}};
+    }
     std::puts(j.dump(2).c_str());
   } else {
     std::printf("%-58s %-10s %10s %10s\n", "kernel", "status", "compile_s", "cubin_KB");
@@ -91,8 +98,8 @@ int cmd_build(const Argv& argv) {
       if (status == "failed") std::fprintf(stderr, "%s: %s\n", r["name"].get<std::string>().c_str(),
                                            r["error"].get<std::string>().c_str());
     }
-    std::printf("%zu kernels for %s: %zu compiled, %zu cache hits, %zu failed in %.2f s (jobs %u) -> %s\n",
-                todo.size(), arch.c_str(), compiled, hits, failed, seconds, jobs, cache->dir().c_str());
+    std::printf("%zu kernels for %s: %zu compiled, %zu cache hits (%zu remote), %zu failed in %.2f s (jobs %u) -> %s\n",
+                todo.size(), arch.c_str(), compiled, hits, remote_hits, failed, seconds, jobs, cache->dir().c_str());
   }
   return worst;
 }

@@ -1,4 +1,5 @@
 // mlajit cache ls|verify|prune|clear [--cache-dir D] [--max-bytes N] [--remove] [--json]
+// mlajit cache push|pull CONFIG.json ... (cli/cmd_cache_remote.cpp)
 #include <cstdio>
 #include <ctime>
 
@@ -7,6 +8,7 @@
 #include "cli/args.hpp"
 #include "cli/cli_common.hpp"
 #include "cli/commands.hpp"
+#include "cli/remote_report.hpp"
 #include "mlajit/config.hpp"
 
 namespace mlajit::cli {
@@ -58,11 +60,12 @@ int cache_verify(DiskCache& cache, bool json, bool remove) {
 }  // namespace
 
 int cmd_cache(const Argv& argv) {
+  if (!argv.empty() && (argv[0] == "push" || argv[0] == "pull")) return cache_push_pull(argv[0], argv);
   Args args(argv, {"json", "remove"}, {"cache-dir", "max-bytes"});
   args.at_most(1);
-  const std::string sub = args.need(0, "cache subcommand (ls|verify|prune|clear)");
+  const std::string sub = args.need(0, "cache subcommand (ls|verify|prune|clear|push|pull)");
   if (sub != "ls" && sub != "verify" && sub != "prune" && sub != "clear")
-    throw_invalid("cache subcommand", sub, "ls | verify | prune | clear");
+    throw_invalid("cache subcommand", sub, "ls | verify | prune | clear | push | pull");
   std::optional<uint64_t> max_bytes;
   if (auto m = args.get("max-bytes")) max_bytes = config::parse_bytes(*m, "--max-bytes");
   auto cache = open_cache(args);

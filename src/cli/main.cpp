@@ -18,16 +18,22 @@ usage:
   mlajit gen CONFIG.json [--kernel NAME] [--expand]
                                    print the generated source (all kernels, or the one named)
   mlajit cache ls|verify|prune|clear [--cache-dir D] [--max-bytes N] [--json]
+  mlajit cache push|pull CONFIG.json [--arch A] [--cache-dir D] [--jobs N] [--json]
+                                   upload a config's kernels and the tuning records to the remote cache
+                                   (MLAJIT_REMOTE_CACHE), or download and verify them into the disk cache
   mlajit check CONFIG.json [--cache-dir D] [--json]
                                    run every op of a config once on random data against the CPU reference (GPU)
   mlajit bench OP [--shape ...] [--json]
                                    time an op on the GPU (mlajit bench --help lists ops and shapes)
   mlajit tune CONFIG.json [--jobs N] [--reps R] [--json] [--csv F]
                                    autotune sweeps on the GPU, remember the best per device and shape
-  mlajit info [--json]             versions, devices, cache dir
+  mlajit info [--json]             versions, devices, cache dir, remote cache state
 
 exit codes: 0 ok, 2 bad usage or config, 3 compile failure, 4 driver or runtime failure
 environment: MLAJIT_CACHE_DIR MLAJIT_CACHE_MAX_BYTES MLAJIT_DISABLE_DISK_CACHE MLAJIT_DUMP_DIR MLAJIT_LOG MLAJIT_ARCH
+             MLAJIT_REMOTE_CACHE MLAJIT_REMOTE_CACHE_KEY_FILE MLAJIT_REMOTE_CACHE_ALLOW_UNSIGNED
+             MLAJIT_REMOTE_CACHE_PREFIX MLAJIT_REMOTE_CACHE_TTL MLAJIT_REMOTE_CACHE_CONNECT_TIMEOUT_MS
+             MLAJIT_REMOTE_CACHE_TIMEOUT_MS
 )";
 
 int exit_code(mlajit::ErrorKind k) {

@@ -1,4 +1,5 @@
-// The build pipeline after codegen: key -> disk cache -> NVRTC -> disk cache (include/mlajit/build.hpp).
+// The build pipeline after codegen: key -> disk cache -> remote cache -> NVRTC -> disk + remote
+// (include/mlajit/build.hpp, jit/build_source.hpp).
 #include "jit/build_source.hpp"
 #include "mlajit/build.hpp"
 
@@ -7,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "jit/remote_cache.hpp"
 #include "mlajit/cache.hpp"
 #include "mlajit/codegen.hpp"
 #include "mlajit/compiler.hpp"
@@ -35,7 +37,7 @@ BuiltKernel from_entry(CacheEntry&& e, const KernelSource& src, const std::strin
 
 }  // namespace
 
-BuiltKernel build_source(const KernelSource& src, const std::string& arch, DiskCache* cache) {
+BuiltKernel build_source(const KernelSource& src, const std::string& arch, DiskCache* cache, RemoteCache* remote) {
   auto t0 = std::chrono::steady_clock::now();
   Compiler& compiler = Compiler::global();
   auto options = compiler.options(arch);  // validates arch
@@ -78,8 +80,26 @@ BuiltKernel build_source(const KernelSource& src, const std::string& arch, DiskC
     }
   }
 
+  if (remote) {
+    // The fleet's copy: verified (signature, then every disk check) before anything uses it.
+    if (auto e = remote->get(key)) {
+      if (cache) {
+        try {
+          cache->put(key, e->meta, e->cubin);
+        } catch (const Error& err) {
+          log::warn("could not store {} from the remote cache in the disk cache: {}", src.name, err.what());
+        }
+      }
+      auto b = from_entry(std::move(*e), src, arch);
+      b.result.remote_hit = true;
+      b.result.seconds = since(t0);
+      log::debug("remote hit {} {} ({:.3f} ms)", src.name, key, b.result.seconds * 1e3);
+      return b;
+    }
+  }
+
   CompiledKernel ck = compiler.compile(src, arch);
-  if (cache) {
+  if (cache || remote) {
     CacheEntryMeta meta;
     meta.name = src.name;
     meta.base_key = cache_base_key(src, arch, options);
@@ -92,12 +112,15 @@ BuiltKernel build_source(const KernelSource& src, const std::string& arch, DiskC
     meta.compile_seconds = ck.stats.seconds;
     meta.mlajit_version = MLAJIT_VERSION_STRING;
     meta.created = static_cast<int64_t>(std::time(nullptr));
-    try {
-      cache->put(key, meta, ck.cubin);
-    } catch (const Error& e) {
-      // The kernel is fine; only the next process pays for the compile again.
-      log::warn("could not store {} in the disk cache: {}", src.name, e.what());
+    if (cache) {
+      try {
+        cache->put(key, meta, ck.cubin);
+      } catch (const Error& e) {
+        // The kernel is fine; only the next process pays for the compile again.
+        log::warn("could not store {} in the disk cache: {}", src.name, e.what());
+      }
     }
+    if (remote) remote->put(key, meta, ck.cubin);  // never throws; a failure was warned about
   }
   BuiltKernel b;
   b.result.name = src.name;
@@ -111,11 +134,12 @@ BuiltKernel build_source(const KernelSource& src, const std::string& arch, DiskC
   return b;
 }
 
-BuildResult build_kernel(const KernelSpec& spec, const std::string& arch, DiskCache* cache) {
+BuildResult build_kernel(const KernelSpec& spec, const std::string& arch, DiskCache* cache, RemoteCache* remote) {
   auto t0 = std::chrono::steady_clock::now();
   validate_arch(arch);
   KernelSource src = generate(spec);
-  BuildResult r = build_source(src, arch, cache ? cache : DiskCache::default_cache()).result;
+  BuildResult r = build_source(src, arch, cache ? cache : DiskCache::default_cache(),
+                               remote ? remote : RemoteCache::global()).result;
   r.seconds = since(t0);
   return r;
 }

@@ -240,6 +240,33 @@ CacheEntryMeta CacheEntryMeta::from_json(const std::string& text) {
   }
 }
 
+// ---- entry bytes (shared with the remote tier) ---------------------------------------------------
+
+std::string encode_cache_entry(const std::string& key, const CacheEntryMeta& meta, const std::string& cubin) {
+  validate_cache_key(key);
+  std::string meta_text = meta.to_json();
+  std::string data;
+  data.reserve(kHeaderSize + meta_text.size() + cubin.size());
+  data.append(kMagic, 8);
+  put_u32(data, kCacheFormatVersion);
+  put_u32(data, static_cast<uint32_t>(meta_text.size()));
+  put_u64(data, cubin.size());
+  data += key;
+  auto ps = sha256(cubin);
+  data.append(reinterpret_cast<const char*>(ps.data()), 32);
+  auto ms = sha256(meta_text);
+  data.append(reinterpret_cast<const char*>(ms.data()), 32);
+  data += meta_text;
+  data += cubin;
+  return data;
+}
+
+std::optional<CacheEntry> decode_cache_entry(const std::string& data, const std::string& key, std::string* why) {
+  Parsed p = parse_entry(data, key);
+  if (!p.entry && why) *why = p.reason;
+  return std::move(p.entry);
+}
+
 // ---- DiskCache ----------------------------------------------------------------------------------
 
 DiskCache::DiskCache(std::string dir, std::optional<uint64_t> max_bytes) : max_bytes_(max_bytes) {
@@ -290,21 +317,7 @@ std::optional<CacheEntry> DiskCache::get(const std::string& key) {
 }
 
 void DiskCache::put(const std::string& key, const CacheEntryMeta& meta, const std::string& cubin) {
-  validate_cache_key(key);
-  std::string meta_text = meta.to_json();
-  std::string data;
-  data.reserve(kHeaderSize + meta_text.size() + cubin.size());
-  data.append(kMagic, 8);
-  put_u32(data, kCacheFormatVersion);
-  put_u32(data, static_cast<uint32_t>(meta_text.size()));
-  put_u64(data, cubin.size());
-  data += key;
-  auto ps = sha256(cubin);
-  data.append(reinterpret_cast<const char*>(ps.data()), 32);
-  auto ms = sha256(meta_text);
-  data.append(reinterpret_cast<const char*>(ms.data()), 32);
-  data += meta_text;
-  data += cubin;
+  std::string data = encode_cache_entry(key, meta, cubin);
 
   std::string tmp = dir_ + "/." + key + ".XXXXXX" + kTempSuffix;
   int fd = ::mkstemps(tmp.data(), static_cast<int>(std::strlen(kTempSuffix)));  // created 0600

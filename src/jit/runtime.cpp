@@ -1,5 +1,6 @@
 // Runtime: KernelSpec -> loaded Kernel on the current device. Memory cache (single flight) ->
-// build_source (disk cache -> NVRTC -> disk put) -> module load (include/mlajit/runtime.hpp).
+// build_source (disk cache -> remote cache -> NVRTC -> disk and remote put) -> module load
+// (include/mlajit/runtime.hpp). A memory hit never reaches build_source, so never the network.
 #include "mlajit/runtime.hpp"
 
 #include <chrono>
@@ -9,6 +10,7 @@
 
 #include "jit/memory_cache.hpp"
 #include "jit/build_source.hpp"
+#include "jit/remote_cache.hpp"
 #include "mlajit/build.hpp"
 #include "mlajit/cache.hpp"
 #include "mlajit/compiler.hpp"
@@ -129,6 +131,12 @@ class RuntimeImpl final : public Runtime {
     return DiskCache::default_cache();
   }
 
+  RemoteCache* remote() {
+    if (!opts_.remote_cache_enabled) return nullptr;
+    if (opts_.remote_cache) return opts_.remote_cache.get();
+    return RemoteCache::global();
+  }
+
   std::shared_ptr<const Kernel> build_and_load(const KernelSpec& spec, int device) {
     KernelSource src = opts_.codegen ? opts_.codegen(spec) : generate(spec);
     return load(src, arch_of(device));
@@ -136,11 +144,11 @@ class RuntimeImpl final : public Runtime {
 
   std::shared_ptr<const Kernel> load(const KernelSource& src, const std::string& arch) {
     auto t0 = std::chrono::steady_clock::now();
-    BuiltKernel b = build_source(src, arch, disk());
+    BuiltKernel b = build_source(src, arch, disk(), remote());
     auto kernel = std::make_shared<LoadedKernel>(src, b.cubin, arch, b.result.key);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     log::info("{} ready for {} in {:.2f} ms ({}{})", src.name, arch, ms,
-              b.result.cache_hit ? "disk hit" : "compiled in ",
+              b.result.remote_hit ? "remote hit" : b.result.cache_hit ? "disk hit" : "compiled in ",
               b.result.cache_hit ? std::string() : fmt::format("{:.3f} s", b.result.compile_seconds));
     return kernel;
   }
