@@ -180,6 +180,11 @@ struct Timing {
 // Runs `launch` `warmup` times, then `reps` times each timed with CUDA events on `stream`, the L2
 // flushed before each timed repetition (a scratch buffer of 2x the L2 size is overwritten).
 Timing time_launches(const std::function<void(Stream)>& launch, int warmup, int reps, Stream stream = nullptr);
+// Several launches timed interleaved (rep r runs launches[0], launches[1], ... each after an L2
+// flush), so that they see the same machine state: the tuner, `mlajit bench` and its --anchor
+// comparisons all time through this one loop. One Timing per launch, in order.
+std::vector<Timing> time_interleaved(const std::vector<std::function<void(Stream)>>& launches, int warmup, int reps,
+                                     Stream stream = nullptr);
 
 // ================================================================================================
 // Tuner

@@ -1,4 +1,4 @@
-// Kernel timing for the tuner: CUDA events around each launch, the L2 flushed before every timed
+// Kernel timing for the tuner and `mlajit bench`: CUDA events around each launch, the L2 flushed before every timed
 // repetition so that a kernel whose inputs happen to sit in L2 from the previous repetition (50 MB
 // on an H100) is not credited with bandwidth it will not have in a model step.
 #include <algorithm>
@@ -30,34 +30,58 @@ driver::DeviceBuffer& flush_buffer(int device) {
 
 }  // namespace
 
-Timing time_launches(const std::function<void(Stream)>& launch, int warmup, int reps, Stream stream) {
+namespace {
+
+Timing stats_of(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  const size_t n = ms.size();
+  Timing t;
+  t.reps = static_cast<int>(n);
+  t.min_ms = ms.front();
+  t.max_ms = ms.back();
+  t.median_ms = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  return t;
+}
+
+}  // namespace
+
+// The one timing loop of mlajit (tuner, `mlajit bench`, the anchors): warm-up, then per repetition
+// each launch in turn, each after an L2 flush, between two CUDA events; medians per launch.
+std::vector<Timing> time_interleaved(const std::vector<std::function<void(Stream)>>& launches, int warmup, int reps,
+                                     Stream stream) {
+  MLAJIT_EXPECT(!launches.empty(), "timed launches", 0, "at least one");
   MLAJIT_EXPECT(reps >= 1, "timing repetitions", reps, ">= 1");
   MLAJIT_EXPECT(warmup >= 0, "timing warm-up launches", warmup, ">= 0");
   const int device = driver::ensure_context();
   driver::DeviceBuffer& scratch = flush_buffer(device);
-  for (int i = 0; i < warmup; ++i) launch(stream);
+  for (int i = 0; i < warmup; ++i)
+    for (const auto& launch : launches) launch(stream);
   driver::synchronize();
 
   driver::EventTimer timer;
-  std::vector<double> ms;
-  ms.reserve(reps);
+  std::vector<std::vector<double>> ms(launches.size());
+  for (auto& m : ms) m.reserve(static_cast<size_t>(reps));
+  unsigned flushes = 0;
   for (int r = 0; r < reps; ++r) {
-    // cuMemsetD8 runs on the legacy default stream; on another stream, wait for it explicitly so
-    // the flush is complete before the start event.
-    scratch.fill_bytes(static_cast<uint8_t>(r & 1 ? 0xA5 : 0x5A));
-    if (stream) driver::synchronize();
-    timer.start(stream);
-    launch(stream);
-    timer.stop(stream);
-    ms.push_back(timer.elapsed_ms());
+    for (size_t i = 0; i < launches.size(); ++i) {
+      // cuMemsetD8 runs on the legacy default stream; on another stream, wait for it explicitly so
+      // the flush is complete before the start event.
+      scratch.fill_bytes(static_cast<uint8_t>(++flushes & 1 ? 0xA5 : 0x5A));
+      if (stream) driver::synchronize();
+      timer.start(stream);
+      launches[i](stream);
+      timer.stop(stream);
+      ms[i].push_back(timer.elapsed_ms());
+    }
   }
-  std::sort(ms.begin(), ms.end());
-  Timing t;
-  t.reps = reps;
-  t.min_ms = ms.front();
-  t.max_ms = ms.back();
-  t.median_ms = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
-  return t;
+  std::vector<Timing> out;
+  out.reserve(ms.size());
+  for (auto& m : ms) out.push_back(stats_of(std::move(m)));
+  return out;
+}
+
+Timing time_launches(const std::function<void(Stream)>& launch, int warmup, int reps, Stream stream) {
+  return time_interleaved({launch}, warmup, reps, stream).front();
 }
 
 }  // namespace mlajit::autotune

@@ -15,16 +15,18 @@ namespace mlajit::cli {
 namespace {
 
 constexpr const char* kBenchHelp = R"(usage: mlajit bench OP [--shape k=v,...] [--reps R] [--json] [--anchor LIB.so]
-ops and their shape keys (defaults in brackets):
+ops and their shape keys (defaults in brackets; tokens / keys / topk mean what they mean in
+`mlajit tune --shape`):
   kv_cache_store | kv_cache_gather
       tokens [65536] heads [1] head_size [576] dtype [fp8_e4m3] io_dtype [bf16] mla [1]
       page_size [64] layers [1] granularity [0=head_size] scale_fmt [fp32] threads [128]
   mla_indexer
-      heads [128] new_tokens [4096] cached_tokens [28672] top_k [2048] page_size [64] mask [causal]
+      heads [128] tokens [4096] keys [32768: cached + new] topk [2048] page_size [64] mask [causal]
+      (also new_tokens = tokens, cached_tokens = keys - tokens, top_k = topk)
       --anchor LIB.so: also time LIB's anchor_mqa_logits (C ABI in src/ops/mla_indexer/bench.hpp)
   sparse_prefill
-      s_q [4096] heads [128] topk [2048] s_kv [32768] kv_dtype [bf16] b_topk [64] page_size [64]
-      scale_block_size [0] sink [0] lse [1] path [auto|sm80|sm90]
+      tokens [4096] heads [128] topk [2048] keys [32768] kv_dtype [bf16] b_topk [64] page_size [64]
+      scale_block_size [0] sink [0] lse [1] path [auto|sm80|sm90] (also s_q = tokens, s_kv = keys)
       --anchor LIB.so: also time LIB's anchor_sparse_prefill_bf16 on the same inputs, interleaved
       (C ABI in src/ops/sparse_prefill/bench.hpp); prints both TFLOP/s, the ratio and the output diff
 )";
@@ -151,9 +153,20 @@ int cmd_bench(const Argv& argv) {
   } else if (op == "mla_indexer") {
     bench::MlaIndexerBenchArgs a;
     shape.take_int("heads", a.num_heads);
+    // The tuner's vocabulary (`mlajit tune --shape`): tokens = new query tokens, keys = cached + new
+    // keys of the sequence. new_tokens / cached_tokens / top_k are the older spellings.
     shape.take_int("new_tokens", a.new_tokens);
+    shape.take_int("tokens", a.new_tokens);
     shape.take_int("cached_tokens", a.cached_tokens);
+    int64_t keys = -1;
+    shape.take_int("keys", keys);
+    if (keys >= 0) {
+      if (keys < a.new_tokens)
+        throw_invalid("--shape keys", keys, fmt::format(">= tokens ({}): keys count the new tokens too", a.new_tokens));
+      a.cached_tokens = keys - a.new_tokens;
+    }
     shape.take_int("top_k", a.top_k);
+    shape.take_int("topk", a.top_k);
     shape.take_int("page_size", a.page_size);
     if (auto m = shape.take("mask")) {
       if (*m != "causal" && *m != "none") throw_invalid("--shape mask", *m, "causal | none");
@@ -165,10 +178,13 @@ int cmd_bench(const Argv& argv) {
     r = bench::bench_mla_indexer(a);
   } else if (op == "sparse_prefill") {
     bench::SparsePrefillBenchArgs a;
+    // The tuner's vocabulary: tokens = query tokens (s_q), keys = keys in the cache (s_kv).
     shape.take_int("s_q", a.s_q);
+    shape.take_int("tokens", a.s_q);
     shape.take_int("heads", a.num_heads);
     shape.take_int("topk", a.topk);
     shape.take_int("s_kv", a.s_kv);
+    shape.take_int("keys", a.s_kv);
     shape.take_dtype("kv_dtype", a.kv_dtype);
     shape.take_int("b_topk", a.b_topk);
     shape.take_int("page_size", a.page_size);

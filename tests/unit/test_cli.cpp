@@ -67,6 +67,11 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
   CHECK(cli("cache frob").code == 2);
   CHECK(cli("--help").code == 0);
   // --anchor: only for mla_indexer, and a library that does not load is a usage error (no GPU needed).
+  // bench speaks the tuner's shape vocabulary (tokens / keys / topk); checked before any GPU use.
+  CHECK(cli("bench mla_indexer --shape tokens=4096,keys=100").code == 2);
+  CHECK(last_stderr().find("keys count the new tokens too") != std::string::npos);
+  CHECK(cli("bench sparse_prefill --shape tokens=4096,keys=32768,topk=2048,bogus=1").code == 2);
+  CHECK(last_stderr().find("bogus") != std::string::npos);
   CHECK(cli("bench kv_cache_store --anchor /nonexistent.so").code == 2);
   CHECK(last_stderr().find("only with OP mla_indexer or sparse_prefill") != std::string::npos);
   CHECK(cli("bench mla_indexer --anchor /nonexistent.so").code == 2);

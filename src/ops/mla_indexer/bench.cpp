@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "mlajit/autotune.hpp"
 #include "mlajit/driver.hpp"
 #include "mlajit/error.hpp"
 #include "mlajit/ops.hpp"
@@ -28,10 +29,6 @@ uint8_t random_fp8(std::mt19937_64& rng) {
   return static_cast<uint8_t>(((r >> 8) & 1 ? 0x80 : 0) | mag);
 }
 
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 using AnchorLogitsFn = int (*)(const void*, const void*, const float*, const float*, const int*, const int*, float*,
                                long long, int, int, int, int, void*);
@@ -122,19 +119,6 @@ nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
   auto run_stages = [&](unsigned stages) {
     ops::detail::mla_indexer_run(p, vq, vqs, voff, kc, 1, keys, vout, vws, nullptr, stages);
   };
-  // L2 flush: a 256 MB memset (the H100's L2 is 50 MB) before every timed launch, so no stage
-  // finds its inputs in L2 left by the previous one.
-  driver::DeviceBuffer flush(size_t{256} << 20);
-  uint8_t flush_byte = 0;
-  driver::EventTimer timer;
-  auto timed = [&](auto&& fn) {
-    flush.fill_bytes(++flush_byte);
-    timer.start();
-    fn();
-    timer.stop();
-    return timer.elapsed_ms();
-  };
-
   // The anchor's inputs: the same q, weights (qs), and layer-1 K rows and scales gathered dense.
   nlohmann::json anchor_json;
   driver::DeviceBuffer dk_dense(16), dks_dense(16), dstart(16), dend(16), dlogits(16);
@@ -176,20 +160,14 @@ nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
   };
 
   const unsigned kScores = ops::detail::kIndexerScores, kTopk = ops::detail::kIndexerTopk;
-  for (int w = 0; w < 2; ++w) {
-    run_stages(kScores | kTopk);
-    if (anchor_ok) run_anchor();
-  }
-  driver::synchronize();
-  // Interleaved: each rep times every stage once, so drift (clocks, temperature) hits all alike.
-  std::vector<float> t_scores, t_topk, t_total, t_anchor;
-  for (int r = 0; r < a.reps; ++r) {
-    t_scores.push_back(timed([&] { run_stages(kScores); }));
-    t_topk.push_back(timed([&] { run_stages(kTopk); }));
-    t_total.push_back(timed([&] { run_stages(kScores | kTopk); }));
-    if (anchor_ok) t_anchor.push_back(timed(run_anchor));
-  }
-  const float scores_ms = median(t_scores), topk_ms = median(t_topk), total_ms = median(t_total);
+  // Interleaved (autotune::time_interleaved, the one timing loop): each rep times every stage once,
+  // each after an L2 flush, so drift (clocks, temperature) hits all alike.
+  std::vector<std::function<void(Stream)>> launches{[&](Stream) { run_stages(kScores); },
+                                                    [&](Stream) { run_stages(kTopk); },
+                                                    [&](Stream) { run_stages(kScores | kTopk); }};
+  if (anchor_ok) launches.push_back([&](Stream) { run_anchor(); });
+  const std::vector<autotune::Timing> timings = autotune::time_interleaved(launches, 2, a.reps);
+  const double scores_ms = timings[0].median_ms, topk_ms = timings[1].median_ms, total_ms = timings[2].median_ms;
 
   int64_t pairs = 0;
   for (int64_t i = 0; i < T; ++i) pairs += a.mask == Mask::causal ? L + i + 1 : keys;
@@ -231,7 +209,7 @@ nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
       maxabs = std::max(maxabs, std::fabs(static_cast<double>(mine[x])));
       maxdiff = std::max(maxdiff, std::fabs(static_cast<double>(mine[x]) - theirs[x]));
     }
-    const float anchor_ms = median(t_anchor);
+    const double anchor_ms = timings[3].median_ms;
     anchor_json["scores_ms"] = anchor_ms;
     anchor_json["score_tflops"] = flops / (anchor_ms * 1e-3) / 1e12;
     anchor_json["mlajit_over_anchor"] = scores_ms / anchor_ms;

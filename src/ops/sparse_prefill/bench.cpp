@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "autotune/device_data.hpp"
+#include "mlajit/autotune.hpp"
 #include "mlajit/driver.hpp"
 #include "mlajit/error.hpp"
 #include "mlajit/ops.hpp"
@@ -28,7 +29,6 @@ constexpr int kWarmup = 3;
 constexpr float kSoftmaxScale = 0.0416667f;
 // Bytes written before every timed launch so that neither kernel starts with the other's (or its
 // own previous) rows in L2: well above the 50 MB L2 of an H100 / H200.
-constexpr size_t kL2FlushBytes = size_t{256} << 20;
 
 // The external reference kernel (see bench.hpp: anchor ABI), resolved by dlopen.
 using AnchorFn = int (*)(const void* q, const void* kv, long long s_kv, const int* indices, int s_q, int h_q,
@@ -60,10 +60,6 @@ struct Anchor {
   Anchor& operator=(const Anchor&) = delete;
 };
 
-double median_of(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Relative Frobenius error of bf16 tensor `x` against bf16 tensor `ref` (same size).
 double rel_frobenius_bf16(const std::vector<uint16_t>& x, const std::vector<uint16_t>& ref) {
@@ -204,31 +200,14 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
                                static_cast<float*>(a_maxl.get()), static_cast<float*>(a_lse.get()), stream);
     if (rc != 0) throw_error(ErrorKind::Driver, "anchor_sparse_prefill_bf16 ({}) returned {}", a.anchor, rc);
   };
-  for (int i = 0; i < kWarmup; ++i) {
-    run_mlajit();
-    if (with_anchor) run_anchor();
-  }
+  // Interleaved reps, each after an L2 flush (autotune::time_interleaved, the one timing loop):
+  // mlajit and the anchor see the same machine state.
+  std::vector<std::function<void(Stream)>> launches{[&](Stream) { run_mlajit(); }};
+  if (with_anchor) launches.push_back([&](Stream) { run_anchor(); });
+  const std::vector<autotune::Timing> timings = autotune::time_interleaved(launches, kWarmup, a.reps, stream);
   driver::stream_synchronize(stream);
-  // Interleaved reps, each after an L2 flush: mlajit and the anchor see the same machine state.
-  driver::DeviceBuffer flush(kL2FlushBytes);
-  std::vector<float> ms, ms_anchor;
-  driver::EventTimer timer;
-  auto timed = [&](auto&& fn) {
-    flush.fill_bytes(static_cast<uint8_t>(ms.size()));
-    driver::synchronize();
-    timer.start(stream);
-    fn();
-    timer.stop(stream);
-    return timer.elapsed_ms();
-  };
-  for (int r = 0; r < a.reps; ++r) {
-    ms.push_back(timed(run_mlajit));
-    if (with_anchor) ms_anchor.push_back(timed(run_anchor));
-  }
   driver::destroy_stream(stream);
-  std::vector<float> sorted = ms;
-  std::sort(sorted.begin(), sorted.end());
-  const double median = sorted[sorted.size() / 2], best = sorted.front(), worst = sorted.back();
+  const double median = timings[0].median_ms, best = timings[0].min_ms, worst = timings[0].max_ms;
   const double flops = 2.0 * static_cast<double>(T) * a.topk * static_cast<double>(H) * (576 + 512);
 
   const auto info = driver::device_info(dev);
@@ -248,7 +227,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   j["tflops"] = flops / (median * 1e-3) / 1e12;
   j["tflops_best"] = flops / (best * 1e-3) / 1e12;
   if (with_anchor) {
-    const double am = median_of(ms_anchor);
+    const double am = timings[1].median_ms;
     // Same inputs, same math: the outputs agree to bf16 rounding (fp8 caches: the anchor reads the
     // bf16-dequantised rows, mlajit the fp8 ones with their scales).
     const size_t n_out = static_cast<size_t>(T * H * 512), n_lse = static_cast<size_t>(T * H);
