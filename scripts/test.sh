@@ -5,3 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
 ctest --test-dir build --output-on-failure
+# The installed package: CMake config, pkg-config, shared/static consumers, exported symbols.
+scripts/test_install.sh build
+# The Python package: pip install into a venv, its tests (torch tests skip visibly without torch).
+scripts/test_python.sh

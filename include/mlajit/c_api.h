@@ -72,7 +72,8 @@ mlajit_status mlajit_op_create(const char* spec_json, mlajit_op* out);
 void mlajit_op_destroy(mlajit_op op);
 /* Compiles/loads the kernel for the current device now (cold-start control). */
 mlajit_status mlajit_op_load(mlajit_op op);
-/* Canonical params JSON of the op; the string lives as long as the op. */
+/* The op as JSON {"op": ..., "params": {...}} (every param, canonical order); the string lives as
+ * long as the op ("null" for a NULL op). */
 const char* mlajit_op_describe(mlajit_op op);
 
 /* Compiles a spec into the disk cache for `arch` (e.g. "sm_90a") without a GPU.

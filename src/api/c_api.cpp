@@ -92,7 +92,7 @@ mlajit_status mlajit_op_create(const char* spec_json, mlajit_op* out) {
     if (out == nullptr) mlajit::throw_invalid("out", "NULL", "a pointer to receive the op");
     auto op = std::make_unique<mlajit_op_s>();
     op->spec = spec_of(spec_json);
-    op->description = op->spec.canonical();
+    op->description = mlajit::to_json(op->spec).dump();
     *out = op.release();
   });
 }
@@ -106,7 +106,7 @@ mlajit_status mlajit_op_load(mlajit_op op) {
   });
 }
 
-const char* mlajit_op_describe(mlajit_op op) { return op ? op->description.c_str() : ""; }
+const char* mlajit_op_describe(mlajit_op op) { return op ? op->description.c_str() : "null"; }
 
 mlajit_status mlajit_precompile(const char* spec_json, const char* arch, int* cache_hit) {
   return guarded([&] {
