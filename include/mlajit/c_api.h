@@ -68,6 +68,21 @@ const char* mlajit_version(void);
 /* The last error of the calling thread ("" if none). Valid until the next failing call. */
 const char* mlajit_last_error(void);
 
+/* What this process would use, as JSON (the object of `mlajit info --json`): version, NVRTC, cache
+ * directory, MLAJIT_* environment, devices. Thread-local string, valid until the next call. */
+const char* mlajit_info_json(void);
+
+/* Routes log lines (level 0 error, 1 warn, 2 info, 3 debug; message without prefix or newline) to
+ * fn(level, message, user) instead of stderr; fn NULL restores stderr. level >= 0 also sets the
+ * level (as MLAJIT_LOG does), -1 keeps it. fn may be called from any thread that logs. */
+typedef void (*mlajit_log_callback)(int level, const char* message, void* user);
+mlajit_status mlajit_set_log_callback(mlajit_log_callback fn, void* user, int level);
+
+/* Makes device `ordinal` (its primary context, the one CUDA runtime users such as torch share)
+ * current for the calling thread's launches; without it a thread uses the context already current
+ * at its first call, else MLAJIT_DEVICE / device 0. */
+mlajit_status mlajit_set_device(int ordinal);
+
 mlajit_status mlajit_op_create(const char* spec_json, mlajit_op* out);
 void mlajit_op_destroy(mlajit_op op);
 /* Compiles/loads the kernel for the current device now (cold-start control). */

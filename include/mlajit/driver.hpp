@@ -72,6 +72,9 @@ class EventTimer {
 Stream create_stream();
 void destroy_stream(Stream s);
 void stream_synchronize(Stream s);
+// Whether work sent to `s` now would be captured into a CUDA graph (or is illegal because another
+// stream's global capture is active): cuStreamIsCapturing says anything but "none".
+bool stream_capturing(Stream s);
 
 // ---- modules and launches (the runtime's building blocks; tests use them for raw baselines) ----
 using Function = void*;  // a CUfunction

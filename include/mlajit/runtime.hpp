@@ -64,6 +64,10 @@ class Runtime {
   // The kernel for `spec` on the current device (primary context of MLAJIT device / current
   // context). Compiles at most once per key across threads.
   virtual std::shared_ptr<const Kernel> get(const KernelSpec& spec) = 0;
+  // get(spec) for a launch on `stream` (what the ops call): a miss while `stream` is being
+  // captured into a CUDA graph throws Error(InvalidArgument) "... precompile or load before
+  // capture" instead of compiling or loading a module inside the capture. Hits cost nothing more.
+  std::shared_ptr<const Kernel> get_for_launch(const KernelSpec& spec, Stream stream);
   // Builds (disk cache -> NVRTC) and loads an already generated source on the current device,
   // bypassing the memory cache: every call loads a new module.
   virtual std::shared_ptr<const Kernel> load_source(const KernelSource& src) = 0;

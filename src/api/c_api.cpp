@@ -7,7 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "mlajit/build.hpp"
+#include "mlajit/driver.hpp"
 #include "mlajit/error.hpp"
+#include "mlajit/info.hpp"
+#include "mlajit/log_sink.hpp"
 #include "mlajit/ops.hpp"
 #include "mlajit/runtime.hpp"
 #include "mlajit/version.hpp"
@@ -86,6 +89,45 @@ extern "C" {
 
 const char* mlajit_version(void) { return MLAJIT_VERSION_STRING; }
 const char* mlajit_last_error(void) { return g_last_error.c_str(); }
+
+const char* mlajit_info_json(void) {
+  thread_local std::string text;
+  try {
+    text = mlajit::runtime_info().dump();
+  } catch (const std::exception& e) {
+    text = nlohmann::json{{"error", e.what()}}.dump();
+  }
+  return text.c_str();
+}
+
+mlajit_status mlajit_set_log_callback(mlajit_log_callback fn, void* user, int level) {
+  return guarded([&] {
+    if (level < -1 || level > 3) mlajit::throw_invalid("level", level, "-1 (keep) or 0..3 (error, warn, info, debug)");
+    if (level >= 0) mlajit::log::set_level(static_cast<mlajit::log::Level>(level));
+    struct Target {
+      mlajit_log_callback fn;
+      void* user;
+    };
+    // Leaked on replacement: a thread may still be inside the previous callback.
+    static Target* current = nullptr;
+    if (fn == nullptr) {
+      mlajit::log::set_sink(nullptr, nullptr);
+      return;
+    }
+    current = new Target{fn, user};
+    mlajit::log::set_sink(
+        [](mlajit::log::Level l, std::string_view msg, void* u) {
+          auto* t = static_cast<Target*>(u);
+          std::string text(msg);  // NUL-terminated for C
+          t->fn(static_cast<int>(l), text.c_str(), t->user);
+        },
+        current);
+  });
+}
+
+mlajit_status mlajit_set_device(int ordinal) {
+  return guarded([&] { mlajit::driver::set_device(ordinal); });
+}
 
 mlajit_status mlajit_op_create(const char* spec_json, mlajit_op* out) {
   return guarded([&] {

@@ -1,5 +1,6 @@
-// mlajit build CONFIG.json [--arch A] [--cache-dir D] [--jobs N] [--json]
+// mlajit build CONFIG.json [--arch A[,B...]] [--cache-dir D] [--jobs N] [--json]
 // Compiles every kernel of a config into the disk cache, in parallel, without a GPU.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include "cli/remote_report.hpp"
 #include "jit/remote_cache.hpp"
 #include "mlajit/build.hpp"
+#include "mlajit/compiler.hpp"
 #include "mlajit/kernel_set.hpp"
 #include "core/parallel.hpp"
 
@@ -23,15 +25,33 @@ int cmd_build(const Argv& argv) {
   Args args(argv, {"json"}, {"arch", "cache-dir", "jobs"});
   args.at_most(1);
   const KernelSet set = load_kernel_set(args.need(0, "CONFIG.json"));
-  const std::string arch = resolve_arch(args, set.arch);
+  // --arch sm_90a,sm_100a builds every kernel for each target in one run (one image, many GPUs).
+  std::vector<std::string> archs;
+  if (auto a = args.get("arch"); a && a->find(',') != std::string::npos) {
+    size_t start = 0;
+    while (start <= a->size()) {
+      size_t end = std::min(a->find(',', start), a->size());
+      std::string one = a->substr(start, end - start);
+      validate_arch(one, "--arch");
+      if (std::find(archs.begin(), archs.end(), one) == archs.end()) archs.push_back(one);
+      start = end + 1;
+    }
+  } else {
+    archs.push_back(resolve_arch(args, set.arch));
+  }
+  std::string arch = archs[0];
+  for (size_t i = 1; i < archs.size(); ++i) arch += "," + archs[i];
   const unsigned jobs = static_cast<unsigned>(args.get_int("jobs", default_jobs(), 1, 1024));
   auto cache = open_cache(args);
 
   // The same spec listed twice is built once.
-  std::vector<const KernelSetEntry*> todo;
-  std::set<std::string> seen;
-  for (const auto& k : set.kernels)
-    if (seen.insert(k.spec.canonical()).second) todo.push_back(&k);
+  std::vector<const KernelSetEntry*> todo;  // one per (kernel, arch), arch-major
+  std::vector<const std::string*> todo_arch;
+  for (const auto& target : archs) {
+    std::set<std::string> seen;
+    for (const auto& k : set.kernels)
+      if (seen.insert(k.spec.canonical()).second) todo.push_back(&k), todo_arch.push_back(&target);
+  }
 
   struct Outcome {
     BuildResult r;
@@ -44,7 +64,7 @@ int cmd_build(const Argv& argv) {
     Progress progress("building", todo.size());
     parallel_for(todo.size(), jobs, [&](size_t i) {
       try {
-        out[i].r = build_kernel(todo[i]->spec, arch, cache.get());
+        out[i].r = build_kernel(todo[i]->spec, *todo_arch[i], cache.get());
       } catch (const Error& e) {
         out[i].r.name = todo[i]->spec.name();
         out[i].error = e.what();
@@ -60,7 +80,7 @@ int cmd_build(const Argv& argv) {
   nlohmann::json results = nlohmann::json::array();
   for (size_t i = 0; i < out.size(); ++i) {
     const auto& o = out[i];
-    nlohmann::json r = {{"name", o.r.name}, {"origin", todo[i]->origin}};
+    nlohmann::json r = {{"name", o.r.name}, {"origin", todo[i]->origin}, {"arch", *todo_arch[i]}};
     if (!o.error.empty()) {
       ++failed;
       r["status"] = "failed";
@@ -89,10 +109,11 @@ int cmd_build(const Argv& argv) {
     }
     std::puts(j.dump(2).c_str());
   } else {
-    std::printf("%-58s %-10s %10s %10s\n", "kernel", "status", "compile_s", "cubin_KB");
+    std::printf("%-58s %-8s %-10s %10s %10s\n", "kernel", "arch", "status", "compile_s", "cubin_KB");
     for (const auto& r : results) {
       std::string status = r["status"];
-      std::printf("%-58s %-10s %10s %10s\n", r["name"].get<std::string>().c_str(), status.c_str(),
+      std::printf("%-58s %-8s %-10s %10s %10s\n", r["name"].get<std::string>().c_str(),
+                  r["arch"].get<std::string>().c_str(), status.c_str(),
                   status == "compiled" ? fmt::format("{:.3f}", r["compile_seconds"].get<double>()).c_str() : "-",
                   status != "failed" ? fmt::format("{:.1f}", r["cubin_bytes"].get<double>() / 1024).c_str() : "-");
       if (status == "failed") std::fprintf(stderr, "%s: %s\n", r["name"].get<std::string>().c_str(),

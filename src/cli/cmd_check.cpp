@@ -13,7 +13,7 @@
 namespace mlajit::cli {
 
 int cmd_check(const Argv& argv) {
-  Args args(argv, {"json"}, {"cache-dir", "seed"});
+  Args args(argv, {"json", "require-gpu"}, {"cache-dir", "seed"});
   args.at_most(1);
   const KernelSet set = load_kernel_set(args.need(0, "CONFIG.json"));
   const uint64_t seed = static_cast<uint64_t>(args.get_int("seed", 1, 0, 1LL << 62));
@@ -23,7 +23,8 @@ int cmd_check(const Argv& argv) {
   if (!driver::available(&why)) {
     if (args.flag("json")) std::puts(nlohmann::json({{"skipped", true}, {"reason", why}}).dump(2).c_str());
     else std::printf("check: no GPU (%s): the %zu kernels were built; GPU checks skipped\n", why.c_str(), set.kernels.size());
-    return 0;
+    // Scripts that must not mistake "nothing checked" for "passed" ask for --require-gpu.
+    return args.flag("require-gpu") ? 4 : 0;
   }
   nlohmann::json rows = nlohmann::json::array();
   size_t failed = 0;

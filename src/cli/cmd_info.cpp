@@ -10,6 +10,7 @@
 #include "mlajit/compiler.hpp"
 #include "mlajit/config.hpp"
 #include "mlajit/driver.hpp"
+#include "mlajit/info.hpp"
 #include "mlajit/version.hpp"
 
 namespace mlajit::cli {
@@ -17,34 +18,8 @@ namespace mlajit::cli {
 int cmd_info(const Argv& argv) {
   Args args(argv, {"json"}, {});
   args.at_most(0);
-  nlohmann::json j;
-  j["mlajit_version"] = MLAJIT_VERSION_STRING;
-  j["cache_format_version"] = kCacheFormatVersion;
-  std::string why;
-  if (Compiler::available(&why)) j["nvrtc"] = Compiler::global().nvrtc_version();
-  else j["nvrtc"] = nullptr, j["nvrtc_error"] = why;
-  j["cache_dir"] = config::cache_dir();
-  j["disk_cache_disabled"] = config::disk_cache_disabled();
-  if (auto m = config::cache_max_bytes()) j["cache_max_bytes"] = *m;
-  if (auto a = config::arch_override()) j["arch_override"] = *a;
-  nlohmann::json devices = nlohmann::json::array();
-  if (driver::available(&why)) {
-    for (int d = 0; d < driver::device_count(); ++d) {
-      auto info = driver::device_info(d);
-      j["driver_version"] = info.driver_version;
-      devices.push_back({{"ordinal", d},
-                         {"name", info.name},
-                         {"compute_capability", fmt::format("{}.{}", info.cc_major, info.cc_minor)},
-                         {"arch", arch_for_compute_capability(info.cc_major, info.cc_minor)},
-                         {"sm_count", info.sm_count},
-                         {"memory_bytes", info.total_mem},
-                         {"l2_bytes", info.l2_bytes},
-                         {"max_smem_per_block_optin", info.max_smem_per_block_optin}});
-    }
-  } else {
-    j["driver_error"] = why;
-  }
-  j["devices"] = devices;
+  nlohmann::json j = runtime_info();
+  const nlohmann::json& devices = j["devices"];
   // The remote tier: configured? the key acceptable? reachable (one PING, bounded by the timeouts)?
   nlohmann::json remote = {{"configured", false}};
   if (auto cfg = RemoteConfig::from_env()) {
@@ -73,7 +48,9 @@ int cmd_info(const Argv& argv) {
   std::printf("mlajit %s (cache format %u)\n", MLAJIT_VERSION_STRING, kCacheFormatVersion);
   std::printf("nvrtc:     %s\n", j["nvrtc"].is_null() ? ("unavailable: " + j["nvrtc_error"].get<std::string>()).c_str()
                                                        : j["nvrtc"].get<std::string>().c_str());
-  std::printf("cache dir: %s%s\n", j["cache_dir"].get<std::string>().c_str(),
+  std::printf("cache dir: %s%s\n",
+              j["cache_dir"].is_null() ? j["cache_dir_error"].get<std::string>().c_str()
+                                       : j["cache_dir"].get<std::string>().c_str(),
               config::disk_cache_disabled() ? " (disabled by MLAJIT_DISABLE_DISK_CACHE)" : "");
   if (!remote["configured"].get<bool>()) {
     std::printf("remote:    not configured (MLAJIT_REMOTE_CACHE)\n");

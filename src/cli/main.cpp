@@ -21,13 +21,14 @@ usage:
   mlajit cache push|pull CONFIG.json [--arch A] [--cache-dir D] [--jobs N] [--json]
                                    upload a config's kernels and the tuning records to the remote cache
                                    (MLAJIT_REMOTE_CACHE), or download and verify them into the disk cache
-  mlajit check CONFIG.json [--cache-dir D] [--json]
+  mlajit check CONFIG.json [--cache-dir D] [--json] [--require-gpu]
                                    run every op of a config once on random data against the CPU reference (GPU)
   mlajit bench OP [--shape ...] [--json]
                                    time an op on the GPU (mlajit bench --help lists ops and shapes)
   mlajit tune CONFIG.json [--jobs N] [--reps R] [--json] [--csv F]
                                    autotune sweeps on the GPU, remember the best per device and shape
   mlajit info [--json]             versions, devices, cache dir, remote cache state
+  mlajit --version                 the version; `mlajit CMD --help` describes each command
 
 exit codes: 0 ok, 2 bad usage or config, 3 compile failure, 4 driver or runtime failure
 environment: MLAJIT_CACHE_DIR MLAJIT_CACHE_MAX_BYTES MLAJIT_DISABLE_DISK_CACHE MLAJIT_DUMP_DIR MLAJIT_LOG MLAJIT_ARCH
@@ -35,6 +36,43 @@ environment: MLAJIT_CACHE_DIR MLAJIT_CACHE_MAX_BYTES MLAJIT_DISABLE_DISK_CACHE M
              MLAJIT_REMOTE_CACHE_PREFIX MLAJIT_REMOTE_CACHE_TTL MLAJIT_REMOTE_CACHE_CONNECT_TIMEOUT_MS
              MLAJIT_REMOTE_CACHE_TIMEOUT_MS
 )";
+
+// `mlajit CMD --help` for the commands without their own help text (bench and tune have theirs).
+const char* command_help(const std::string& cmd) {
+  if (cmd == "build")
+    return "usage: mlajit build CONFIG.json [--arch A[,B...]] [--cache-dir D] [--jobs N] [--json]\n"
+           "  Compiles every kernel of CONFIG.json into the disk cache with NVRTC; no GPU needed.\n"
+           "  --arch       target(s), e.g. sm_90a or sm_90a,sm_100a (default: the config's \"arch\")\n"
+           "  --cache-dir  cache directory (default: MLAJIT_CACHE_DIR, else ~/.cache/mlajit)\n"
+           "  --jobs       parallel compiles (default: hardware threads)\n"
+           "  --json       one JSON report on stdout\n";
+  if (cmd == "gen")
+    return "usage: mlajit gen CONFIG.json [--kernel NAME] [--expand]\n"
+           "  Prints the generated CUDA source of every kernel of CONFIG.json (or of the one named).\n"
+           "  --expand     inline the #included templates\n";
+  if (cmd == "cache")
+    return "usage: mlajit cache ls|verify|prune|clear [--cache-dir D] [--max-bytes N] [--remove] [--json]\n"
+           "       mlajit cache push|pull CONFIG.json [--arch A] [--cache-dir D] [--jobs N] [--json]\n"
+           "  ls      list the cached kernels        verify  check every entry (--remove drops bad ones)\n"
+           "  prune   evict least recently used entries down to --max-bytes (or MLAJIT_CACHE_MAX_BYTES)\n"
+           "  clear   remove every entry\n"
+           "  push    upload a config's kernels and tuning records to the remote cache (MLAJIT_REMOTE_CACHE)\n"
+           "  pull    download and verify them into the disk cache\n";
+  if (cmd == "check")
+    return "usage: mlajit check CONFIG.json [--cache-dir D] [--seed S] [--json] [--require-gpu]\n"
+           "  Runs every op of CONFIG.json once on random data and compares with the f64 CPU reference.\n"
+           "  Without a GPU it only builds and exits 0, or 4 with --require-gpu.\n";
+  if (cmd == "info")
+    return "usage: mlajit info [--json]\n"
+           "  Versions, NVRTC, cache directory, MLAJIT_* environment and devices.\n";
+  return nullptr;
+}
+
+bool wants_help(const mlajit::cli::Argv& rest) {
+  for (const auto& a : rest)
+    if (a == "--help" || a == "-h") return true;
+  return false;
+}
 
 int exit_code(mlajit::ErrorKind k) {
   switch (k) {
@@ -58,6 +96,11 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   const Argv rest(argv + 2, argv + argc);
+  if (const char* help = command_help(cmd); help && wants_help(rest)) {
+    std::fputs(help, stdout);
+    return 0;
+  }
+  if (cmd == "bench" && wants_help(rest)) return cmd_bench({"--help"});  // -h as well as --help
   try {
     if (cmd == "build") return cmd_build(rest);
     if (cmd == "gen") return cmd_gen(rest);

@@ -1,9 +1,11 @@
 // stderr logging with a process-wide level taken from MLAJIT_LOG.
 #include "mlajit/log.hpp"
+#include "mlajit/log_sink.hpp"
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 
 #include "mlajit/error.hpp"
@@ -26,6 +28,11 @@ int initial_level() {
   }
 }
 
+// The host's sink, read under a mutex: logging is rare (never on the launch hot path).
+std::mutex g_sink_mu;
+SinkFn g_sink = nullptr;
+void* g_sink_user = nullptr;
+
 std::atomic<int>& level_ref() {
   static std::atomic<int> l{initial_level()};
   return l;
@@ -43,7 +50,20 @@ Level parse_level(std::string_view name) {
   throw_invalid("MLAJIT_LOG", fmt::format("\"{}\"", name), "error | warn | info | debug");
 }
 
+void set_sink(SinkFn fn, void* user) {
+  std::lock_guard<std::mutex> lk(g_sink_mu);
+  g_sink = fn;
+  g_sink_user = user;
+}
+
 void write(Level l, std::string_view message) {
+  {
+    std::lock_guard<std::mutex> lk(g_sink_mu);
+    if (g_sink) {
+      g_sink(l, message, g_sink_user);
+      return;
+    }
+  }
   // One fwrite per line so that lines from concurrent threads do not interleave.
   std::string line = fmt::format("mlajit [{}] {}\n", kNames[static_cast<int>(l)], message);
   std::fwrite(line.data(), 1, line.size(), stderr);

@@ -48,6 +48,7 @@ struct Loaded {
                bind(lib, "cuStreamSynchronize", a.cuStreamSynchronize) & bind(lib, "cuEventCreate", a.cuEventCreate) &
                bind(lib, "cuEventDestroy_v2", a.cuEventDestroy) & bind(lib, "cuEventRecord", a.cuEventRecord) &
                bind(lib, "cuEventSynchronize", a.cuEventSynchronize);
+    a.cuStreamIsCapturing = reinterpret_cast<decltype(a.cuStreamIsCapturing)>(dlsym(lib, "cuStreamIsCapturing"));
     // CUDA 13 headers map cuEventElapsedTime to _v2; older drivers only have the original.
     a.cuEventElapsedTime = reinterpret_cast<decltype(a.cuEventElapsedTime)>(dlsym(lib, "cuEventElapsedTime_v2"));
     if (!a.cuEventElapsedTime) all = all && bind(lib, "cuEventElapsedTime", a.cuEventElapsedTime);

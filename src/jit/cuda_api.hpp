@@ -76,6 +76,7 @@ struct Api {
   CUresult (*cuStreamCreate)(CUstream*, unsigned);
   CUresult (*cuStreamDestroy)(CUstream);                            // _v2
   CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuStreamIsCapturing)(CUstream, int*);  // CUstreamCaptureStatus; optional (nullptr if absent)
   CUresult (*cuEventCreate)(CUevent*, unsigned);
   CUresult (*cuEventDestroy)(CUevent);                              // _v2
   CUresult (*cuEventRecord)(CUevent, CUstream);

@@ -239,6 +239,15 @@ void set_max_dynamic_smem(Function f, unsigned bytes) {
         "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
 }
 
+bool stream_capturing(Stream s) {
+  const Api& a = api();
+  if (a.cuStreamIsCapturing == nullptr) return false;  // drivers before graphs cannot capture
+  int status = 0;                                     // CU_STREAM_CAPTURE_STATUS_NONE
+  // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: the legacy stream while another stream captures globally.
+  if (a.cuStreamIsCapturing(static_cast<CUstream>(s), &status) != CUDA_SUCCESS) return true;
+  return status != 0;
+}
+
 void launch(Function f, const unsigned grid[3], const unsigned block[3], unsigned smem_bytes, Stream s,
             const void* args) {
   CUlaunchConfig cfg{grid[0], grid[1], grid[2], block[0], block[1], block[2], smem_bytes,

@@ -23,6 +23,11 @@ namespace mlajit {
 
 namespace {
 
+// The stream of the launch the calling thread is resolving a kernel for (Runtime::get_for_launch),
+// consulted only on a memory-cache miss.
+thread_local bool tl_has_launch_stream = false;
+thread_local Stream tl_launch_stream = nullptr;
+
 // Above this a kernel must opt in to more dynamic shared memory (cuFuncSetAttribute).
 constexpr unsigned kDefaultSmemLimit = 48 * 1024;
 
@@ -138,6 +143,12 @@ class RuntimeImpl final : public Runtime {
   }
 
   std::shared_ptr<const Kernel> build_and_load(const KernelSpec& spec, int device) {
+    if (tl_has_launch_stream && driver::stream_capturing(tl_launch_stream))
+      throw Error(ErrorKind::InvalidArgument,
+                  fmt::format("kernel {} is not loaded on device {} and the launch stream is being captured into a "
+                              "CUDA graph, where compiling or loading a module is not allowed: precompile or load "
+                              "before capture (mlajit_op_load, op.load(), or one launch before capturing)",
+                              spec.canonical(), device));
     KernelSource src = opts_.codegen ? opts_.codegen(spec) : generate(spec);
     return load(src, arch_of(device));
   }
@@ -160,6 +171,22 @@ class RuntimeImpl final : public Runtime {
 };
 
 }  // namespace
+
+std::shared_ptr<const Kernel> Runtime::get_for_launch(const KernelSpec& spec, Stream stream) {
+  struct Scope {
+    bool prev_has;
+    Stream prev;
+    Scope(Stream s) : prev_has(tl_has_launch_stream), prev(tl_launch_stream) {
+      tl_has_launch_stream = true;
+      tl_launch_stream = s;
+    }
+    ~Scope() {
+      tl_has_launch_stream = prev_has;
+      tl_launch_stream = prev;
+    }
+  } scope(stream);
+  return get(spec);
+}
 
 Runtime& Runtime::global() {
   // Leaked on purpose: unloading modules during static destruction races the driver's own teardown.

@@ -38,7 +38,7 @@ void launch_1d(const P& p, unsigned grid, const Args& args, Stream stream) {
   LaunchDims dims;
   dims.grid[0] = grid;
   dims.block[0] = static_cast<unsigned>(p.threads);
-  Runtime::global().get(KernelSpec{p})->launch(0, dims, stream, args);
+  Runtime::global().get_for_launch(KernelSpec{p}, stream)->launch(0, dims, stream, args);
 }
 
 // The optional u32[1] counter of tokens that were not written / not found.

@@ -157,7 +157,7 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
 
   // ---- launch ----
   Runtime& rt = Runtime::global();
-  const auto kernel = rt.get(KernelSpec{p});
+  const auto kernel = rt.get_for_launch(KernelSpec{p}, stream);
   const bool sm90 = rt.arch() == "sm_90a" && !(stages & kIndexerForcePortable);
   const int sms = std::max(1, rt.sm_count());
 

@@ -38,7 +38,8 @@ Path resolve_path(const SparsePrefillParams& p, const std::string& arch, Path re
 // device. Each module compiles one kernel body (ops/sparse_prefill/generate.cpp): the automatic
 // choice comes from Runtime::get (what `mlajit build` prebuilds); the other path of an sm_90a
 // device (forced, or the negative-scale fallback) from its own source, loaded once per process.
-std::shared_ptr<const Kernel> kernel_for(const SparsePrefillParams& p, Path path);
+// `stream`: the launch's stream; a kernel not loaded yet while it is being captured is an error.
+std::shared_ptr<const Kernel> kernel_for(const SparsePrefillParams& p, Path path, Stream stream = nullptr);
 
 // Launches entry `path` (sm80 | sm90) of `kernel` (kernel_for(p, path)) over args.num_tokens tokens.
 void launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, const SparsePrefillArgs& args,

@@ -186,20 +186,25 @@ ForcedModules& forced_modules() {
 
 }  // namespace
 
-std::shared_ptr<const Kernel> kernel_for(const SparsePrefillParams& p, Path path) {
+std::shared_ptr<const Kernel> kernel_for(const SparsePrefillParams& p, Path path, Stream stream) {
   if (path == Path::automatic) throw_error(ErrorKind::Internal, "sparse_prefill::kernel_for needs a resolved path");
   Runtime& rt = Runtime::global();
   const std::string arch = rt.arch();
   const KernelSpec spec{p};
   // What the automatic source compiles on this arch (generate.cpp: MLAJIT_SPARSE_PREFILL_HOPPER).
   const bool auto_is_sm90 = arch == "sm_90a" && sm90_supported(p) && sm90_preferred(p);
-  if ((path == Path::sm90) == auto_is_sm90) return rt.get(spec);
+  if ((path == Path::sm90) == auto_is_sm90) return rt.get_for_launch(spec, stream);
   const int device = driver::ensure_context();
   auto& fm = forced_modules();
   const auto key = std::make_tuple(device, spec.canonical(), static_cast<int>(path));
   std::lock_guard<std::mutex> lk(fm.mu);
   auto it = fm.modules.find(key);
   if (it != fm.modules.end()) return it->second;
+  if (driver::stream_capturing(stream))
+    throw Error(ErrorKind::InvalidArgument,
+                fmt::format("sparse_prefill kernel {} ({} path) is not loaded and the launch stream is being captured "
+                            "into a CUDA graph: precompile or load before capture (one launch before capturing)",
+                            spec.canonical(), path == Path::sm90 ? "sm90" : "sm80"));
   auto k = rt.load_source(generate_sparse_prefill_mode(spec, path));
   fm.modules.emplace(key, k);
   return k;
@@ -245,7 +250,7 @@ void run(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCach
       throw_invalid("softmax_scale (sm90 path)", softmax_scale, ">= 0 on the sm90 kernel (the sm80 path takes any)");
     chosen = Path::sm80;
   }
-  auto kernel = kernel_for(p, chosen);
+  auto kernel = kernel_for(p, chosen, stream);
   launch(*kernel, p, chosen, args, stream);
 }
 

@@ -1,0 +1,155 @@
+"""Ops as handles (Op), ahead-of-time compilation (precompile) and process facts (info)."""
+import ctypes
+import json
+import os
+
+from ._lib import InvalidArgumentError, check, lib
+
+
+class Op:
+    """An op specialized on its params: Op({"op": "sparse_prefill", "params": {...}}).
+
+    Creation validates the spec (the library's checks). load() compiles or loads the kernel of this
+    exact spec for the current device now. Launches resolve knobs left open (threads 0, ...) per
+    shape bucket, so before CUDA graph capture run one eager call per shape unless every knob is
+    explicit.
+    """
+
+    def __init__(self, spec):
+        text = spec if isinstance(spec, str) else json.dumps(spec)
+        h = ctypes.c_void_p()
+        check(lib.mlajit_op_create(text.encode(), ctypes.byref(h)))
+        self.handle = h.value
+        self.json = lib.mlajit_op_describe(self.handle).decode()
+        d = json.loads(self.json)
+        self.op, self.params = d["op"], d["params"]
+
+    def load(self):
+        check(lib.mlajit_op_load(self.handle))
+        return self
+
+    def describe(self):
+        return {"op": self.op, "params": dict(self.params)}
+
+    def __repr__(self):
+        return f"mlajit.Op({self.json})"
+
+    def __del__(self):
+        h, self.handle = getattr(self, "handle", None), None
+        if h and lib is not None:
+            lib.mlajit_op_destroy(h)
+
+
+_ops = {}
+
+
+def get_op(spec, kind=None):
+    """The Op of `spec` (an Op, a dict or a JSON string), created once per distinct spec."""
+    if isinstance(spec, Op):
+        op = spec
+    else:
+        key = spec if isinstance(spec, str) else json.dumps(spec, sort_keys=True)
+        op = _ops.get(key)
+        if op is None:
+            op = Op(spec)
+            _ops[key] = op
+            _ops.setdefault(op.json, op)
+    if kind is not None and op.op != kind:
+        raise InvalidArgumentError(f"spec.op: got {op.op!r}, expected {kind!r} for mlajit.ops.{kind}")
+    return op
+
+
+_LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+_LEVELS = ("error", "warn", "info", "debug")
+_log_keep = [None]
+
+
+def set_log_handler(handler, level=None):
+    """Routes the library's log lines to handler(level_name, message) instead of stderr; a
+    logging.Logger works too (mapped to its error/warning/info/debug). None restores stderr.
+    level ("error" | "warn" | "info" | "debug") also sets the level, as MLAJIT_LOG does."""
+    lv = -1 if level is None else _LEVELS.index(level)
+    if handler is None:
+        check(lib.mlajit_set_log_callback(None, None, lv))
+        _log_keep[0] = None
+        return
+    if hasattr(handler, "warning") and hasattr(handler, "debug"):  # a logging.Logger
+        logger = handler
+        methods = (logger.error, logger.warning, logger.info, logger.debug)
+        handler = lambda name, msg: methods[_LEVELS.index(name)]("%s", msg)  # noqa: E731
+
+    def trampoline(lvl, msg, _user):
+        try:
+            handler(_LEVELS[lvl], msg.decode("utf-8", "replace"))
+        except Exception:  # an exception must not unwind into C++
+            pass
+
+    fn = _LOG_FN(trampoline)
+    check(lib.mlajit_set_log_callback(ctypes.cast(fn, ctypes.c_void_p), None, lv))
+    _log_keep[0] = fn  # the C side holds a raw pointer: keep the thunk alive
+
+
+def info():
+    """What this process uses (the object of `mlajit info --json`): version, NVRTC, cache_dir,
+    the MLAJIT_* environment, devices."""
+    return json.loads(lib.mlajit_info_json().decode())
+
+
+def version():
+    return lib.mlajit_version().decode()
+
+
+def cache_dir():
+    """The disk cache directory (MLAJIT_CACHE_DIR, else $XDG_CACHE_HOME/mlajit or ~/.cache/mlajit)."""
+    i = info()
+    if i.get("cache_dir") is None:
+        raise InvalidArgumentError(i.get("cache_dir_error", "no cache directory"))
+    return i["cache_dir"]
+
+
+def _specs_of(config_or_specs):
+    """(specs, config arch) of a config file path / JSON text / dict / list / Op / spec dict."""
+    c = config_or_specs
+    if isinstance(c, Op):
+        return [c.describe()], None
+    if isinstance(c, (str, os.PathLike)):
+        text = str(c)
+        if not text.lstrip().startswith(("{", "[")):
+            with open(text) as f:
+                text = f.read()
+        c = json.loads(text)
+    if isinstance(c, dict) and "kernels" in c:
+        return [{"op": k["op"], "params": k.get("params", {})} for k in c["kernels"]], c.get("arch")
+    if isinstance(c, dict):
+        return [{"op": c["op"], "params": c.get("params", {})}], None
+    if isinstance(c, (list, tuple)):
+        out = []
+        for s in c:
+            out.extend(_specs_of(s)[0])
+        return out, None
+    raise InvalidArgumentError(f"precompile: got {type(c).__name__}, expected a config (path, JSON, dict with "
+                               "'kernels'), a spec dict, an Op or a list of them")
+
+
+def precompile(config_or_specs, arch=None):
+    """Compiles every kernel of a config (or specs) into the disk cache for `arch` without a GPU.
+
+    arch: "sm_90a", "sm_90a,sm_100a" or a list; None takes the config's "arch", else the current
+    device's. Returns [{"op", "params", "arch", "cache_hit"}]. A process still loads each module
+    once (Op.load() or one launch) before CUDA graph capture: loading is a driver call too.
+    """
+    specs, config_arch = _specs_of(config_or_specs)
+    arch = arch or config_arch
+    if arch is None:
+        devices = info().get("devices") or []
+        if not devices:
+            raise InvalidArgumentError("precompile: arch: got None with no GPU visible, expected e.g. 'sm_90a'")
+        arch = devices[0]["arch"]
+    archs = [a.strip() for a in (arch.split(",") if isinstance(arch, str) else arch) if a.strip()]
+    results = []
+    for a in archs:
+        for s in specs:
+            hit = ctypes.c_int(0)
+            check(lib.mlajit_precompile(json.dumps(s).encode(), a.encode(), ctypes.byref(hit)))
+            results.append({"op": s["op"], "params": s["params"], "arch": a, "cache_hit": bool(hit.value)})
+    return results

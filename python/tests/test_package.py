@@ -1,0 +1,86 @@
+"""The package without torch or a GPU: loading, info, spec validation, error mapping, precompile."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import mlajit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INDEX_REMAP = {"op": "sparse_index_remap", "params": {"page_size": 64}}
+
+
+def test_version_and_info():
+    assert mlajit.__version__ == mlajit.version() and mlajit.__version__.count(".") == 2
+    i = mlajit.info()
+    assert i["mlajit_version"] == mlajit.__version__
+    assert i["cache_dir"] == os.environ["MLAJIT_CACHE_DIR"] == mlajit.cache_dir()
+    assert i["env"]["MLAJIT_CACHE_DIR"] == os.environ["MLAJIT_CACHE_DIR"]
+    assert isinstance(i["devices"], list)
+
+
+def test_op_describe_is_canonical_json():
+    op = mlajit.Op(INDEX_REMAP)
+    d = json.loads(op.json)
+    assert d["op"] == "sparse_index_remap" and d["params"]["page_size"] == 64
+    assert "threads" in d["params"]  # every param, defaults included
+    assert mlajit.Op(json.dumps(INDEX_REMAP)).json == op.json
+    assert mlajit.get_op(INDEX_REMAP) is mlajit.get_op(json.dumps(INDEX_REMAP, sort_keys=True))
+
+
+def test_invalid_spec_raises_the_library_message():
+    with pytest.raises(mlajit.InvalidArgumentError, match=r"page_size: got 48, expected a power of two"):
+        mlajit.Op({"op": "sparse_index_remap", "params": {"page_size": 48}})
+    with pytest.raises(mlajit.InvalidArgumentError, match=r"spec.op: got \"nope\""):
+        mlajit.Op('{"op": "nope"}')
+    with pytest.raises(ValueError):  # InvalidArgumentError is a ValueError too
+        mlajit.Op("not json")
+    with pytest.raises(mlajit.InvalidArgumentError, match="expected 'mla_indexer'"):
+        mlajit.ops.mla_indexer(INDEX_REMAP, None, None, None, None, None, None, None, max_keys_per_seq=1)
+
+
+def test_precompile_rejects_bad_arch_and_writes_nothing(tmp_path):
+    with pytest.raises(mlajit.InvalidArgumentError, match="sm_12"):
+        mlajit.precompile(INDEX_REMAP, arch="sm_12")
+
+
+def _nvrtc():
+    return mlajit.info().get("nvrtc") is not None
+
+
+@pytest.mark.skipif(not _nvrtc(), reason="NVRTC not found: precompile needs it (no GPU needed)")
+def test_precompile_config_into_the_cache_dir_then_hits():
+    cfg = {"arch": "sm_90a", "kernels": [dict(INDEX_REMAP, sweep={"threads": [128, 256]})]}
+    r = mlajit.precompile(cfg)
+    assert [(x["op"], x["arch"]) for x in r] == [("sparse_index_remap", "sm_90a")]
+    again = mlajit.precompile(json.dumps(cfg), arch="sm_90a,sm_100a")
+    assert [x["cache_hit"] for x in again] == [True, False]
+    assert sum(n.endswith(".mjc") for n in os.listdir(mlajit.cache_dir())) >= 2  # one entry per arch
+
+
+def test_plot_draws_a_report(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib not installed: python -m mlajit.plot untested")
+    cand = lambda knobs, ms, default=False: {"knobs": knobs, "is_default": default, "devices": [
+        {"device": 0, "status": "ok", "median_ms": ms, "min_ms": ms * 0.9, "max_ms": ms * 1.1}]}
+    report = {"groups": [{"name": "kv_cache_store_x", "shape": {"T": 4096}, "devices": [{"device": 0, "winner": 1}],
+                          "candidates": [cand({"threads": 128}, 0.3, True), cand({"threads": 256}, 0.2),
+                                         {"knobs": {"threads": 1024}, "devices": [{"device": 0, "status": "skipped"}]}]}]}
+    src = tmp_path / "r.json"
+    src.write_text(json.dumps(report))
+    out = tmp_path / "r.png"
+    subprocess.run([sys.executable, "-m", "mlajit.plot", str(src), "-o", str(out)], check=True)
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.skipif(not _nvrtc(), reason="NVRTC not found: nothing to log without a compile")
+def test_log_handler_receives_the_library_messages():
+    lines = []
+    mlajit.set_log_handler(lambda level, msg: lines.append((level, msg)), level="debug")
+    try:
+        mlajit.precompile({"op": "sparse_index_remap", "params": {"page_size": 16}}, arch="sm_90a")
+    finally:
+        mlajit.set_log_handler(None, level="warn")
+    assert lines and all(lv in ("error", "warn", "info", "debug") for lv, _ in lines)
+    assert any("sparse_index_remap" in m for _, m in lines), lines
