@@ -1,4 +1,5 @@
 """Ops as handles (Op), ahead-of-time compilation (precompile) and process facts (info)."""
+import copy
 import ctypes
 import json
 import os
@@ -41,12 +42,17 @@ class Op:
 
 
 _ops = {}
+# The hot path for dict specs: id(dict) -> (a copy of the dict, its Op). A hit costs one dict
+# comparison instead of json.dumps; a mutated or recycled dict compares unequal and is re-keyed.
+_by_id = {}
 
 
 def get_op(spec, kind=None):
     """The Op of `spec` (an Op, a dict or a JSON string), created once per distinct spec."""
     if isinstance(spec, Op):
         op = spec
+    elif isinstance(spec, dict) and (hit := _by_id.get(id(spec))) is not None and hit[0] == spec:
+        op = hit[1]
     else:
         key = spec if isinstance(spec, str) else json.dumps(spec, sort_keys=True)
         op = _ops.get(key)
@@ -54,6 +60,10 @@ def get_op(spec, kind=None):
             op = Op(spec)
             _ops[key] = op
             _ops.setdefault(op.json, op)
+        if isinstance(spec, dict):
+            if len(_by_id) > 4096:
+                _by_id.clear()
+            _by_id[id(spec)] = (copy.deepcopy(spec), op)
     if kind is not None and op.op != kind:
         raise InvalidArgumentError(f"spec.op: got {op.op!r}, expected {kind!r} for mlajit.ops.{kind}")
     return op

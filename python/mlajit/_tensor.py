@@ -28,27 +28,33 @@ try:
         torch.int32: I32,
     }
     TORCH_OF = {v: k for k, v in _TORCH_DTYPES.items()}
+    _Tensor = torch.Tensor
 except ImportError:  # the package works without torch (precompile, info, __cuda_array_interface__)
     torch = None
     _TORCH_DTYPES = {}
     TORCH_OF = {}
+    _Tensor = None
 
 _CAI_DTYPES = {"<f4": F32, "<f2": F16, "<u4": U32, "<i4": I32, "|u1": None}
+
+
+_PAD = [(0,) * (MAX_DIMS - n) for n in range(MAX_DIMS + 1)]
 
 
 def _torch_fields(t):
     code = _TORCH_DTYPES.get(t.dtype)
     if code is None:
         raise TypeError(f"tensor dtype {t.dtype} is not an mlajit dtype (f32, f16, bf16, float8_e4m3fn, uint32, int32)")
-    nd = t.dim()
+    shape = t.shape
+    nd = len(shape)
     if nd > MAX_DIMS:
         raise ValueError(f"tensor of {nd} dims: mlajit tensors have at most {MAX_DIMS}")
-    shape = tuple(t.shape) + (0,) * (MAX_DIMS - nd)
     strides = t.stride()
-    if nd and t.numel() > 1 and not any(strides):
+    if nd and not any(strides) and t.numel() > 1:
         # All-zero strides mean "contiguous" in the C API; a broadcast view must be materialized.
         raise ValueError("a tensor whose strides are all 0 (a broadcast view) cannot be passed; call .contiguous()")
-    return t.data_ptr(), code, nd, shape, tuple(strides) + (0,) * (MAX_DIMS - nd)
+    pad = _PAD[nd]
+    return t.data_ptr(), code, nd, (*shape, *pad), (*strides, *pad)
 
 
 def _cai_fields(obj):
@@ -66,7 +72,7 @@ def _cai_fields(obj):
 
 
 def fields(t):
-    if torch is not None and isinstance(t, torch.Tensor):
+    if type(t) is _Tensor or (torch is not None and isinstance(t, torch.Tensor)):
         return _torch_fields(t)
     if hasattr(t, "__cuda_array_interface__"):
         return _cai_fields(t)

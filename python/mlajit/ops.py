@@ -35,8 +35,8 @@ def _stream_of(t, stream):
         return stream
     if torch is None or not isinstance(t, _Tensor):
         return None  # legacy default stream
-    dev = t.device.index
-    if dev is None:
+    dev = t.get_device()  # -1 for CPU tensors; cheaper than t.device.index
+    if dev < 0:
         raise _invalid(f"tensor device: got {t.device}, expected a CUDA tensor")
     if dev != _current_device[0]:
         check(lib.mlajit_set_device(dev))
@@ -56,7 +56,9 @@ def _via_torch(t):
     """Whether a call must go through torch.ops.mlajit: tracing, or fake/meta/subclass tensors."""
     if torch is None:
         return False
-    return _is_compiling() or (isinstance(t, _Tensor) and (type(t) is not _Tensor or t.device.type != "cuda"))
+    if type(t) is _Tensor:
+        return not t.is_cuda or _is_compiling()
+    return isinstance(t, _Tensor) or _is_compiling()
 
 
 def _empty(shape, dtype_name, like):
