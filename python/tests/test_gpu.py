@@ -275,4 +275,6 @@ def test_host_overhead_per_call(capsys):
     with capsys.disabled():
         print(f"\nhost time per sparse_index_remap call: C API via ctypes {res['c_api']:.2f} us, "
               f"mlajit.ops {res['python']:.2f} us, added {res['python'] - res['c_api']:.2f} us")
-    assert res["python"] - res["c_api"] < 15  # the target is 5; this catches gross regressions only
+    # The target is <= 5 us added (not met yet: 12.6 us on an H100 host). Absolute times move with
+    # the host's load, so the check is relative: it catches gross regressions (measured ratio ~3.5-4).
+    assert res["python"] < 8 * res["c_api"]
