@@ -146,6 +146,28 @@ bool remove_entry(const std::string& dir, const std::string& key, const std::str
   return gone;
 }
 
+// A writer holds an flock on its temp file from creation to rename; an unlocked temp file older
+// than kDeadTempSeconds was left by a writer that died (SIGKILL, power loss) and is removed. The
+// age guards the instant between mkstemps and flock in a live writer.
+constexpr int kDeadTempSeconds = 2;
+
+void remove_dead_temps(const std::string& dir, const std::vector<std::string>& names) {
+  const time_t now = ::time(nullptr);
+  for (auto& n : names) {
+    if (n[0] != '.' || !ends_with(n, kTempSuffix)) continue;
+    std::string path = dir + "/" + n;
+    int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    struct stat st;
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime >= kDeadTempSeconds &&
+        ::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      ::unlink(path.c_str());
+      log::debug("removed {}, left by a writer that died", path);
+    }
+    ::close(fd);
+  }
+}
+
 struct Parsed {
   std::optional<CacheEntry> entry;
   std::string reason;  // why it is bad, when entry is empty
@@ -321,6 +343,7 @@ DiskCache::DiskCache(std::string dir, std::optional<uint64_t> max_bytes) : max_b
   }
   check_dir_safe(dir, st);
   dir_ = std::move(dir);
+  remove_dead_temps(dir_, list_names(dir_));
 }
 
 std::unique_ptr<DiskCache> DiskCache::from_env() {
@@ -362,6 +385,7 @@ void DiskCache::put(const std::string& key, const CacheEntryMeta& meta, const st
   std::string tmp = dir_ + "/." + key + ".XXXXXX" + kTempSuffix;
   int fd = ::mkstemps(tmp.data(), static_cast<int>(std::strlen(kTempSuffix)));  // created 0600
   if (fd < 0) throw_error(ErrorKind::Io, "cannot create a temp file in cache directory {}: {}", dir_, errno_text());
+  ::flock(fd, LOCK_EX | LOCK_NB);  // marks the temp file live (remove_dead_temps); released by close
   try {
     write_all(fd, data, tmp);
     if (::fsync(fd) != 0) throw_error(ErrorKind::Io, "fsync of {} failed: {}", tmp, errno_text());
@@ -436,6 +460,7 @@ std::vector<CacheListing> DiskCache::list() const {
 
 VerifyReport DiskCache::verify(bool remove_corrupt) {
   VerifyReport rep;
+  if (remove_corrupt) remove_dead_temps(dir_, list_names(dir_));
   for (auto& n : list_names(dir_)) {
     if (!ends_with(n, kEntrySuffix)) continue;
     ++rep.entries;
@@ -476,8 +501,11 @@ PruneReport DiskCache::prune(uint64_t max_bytes) {
     }
   }
   rep.remaining_bytes = total;
-  // Locks whose entry is gone (left by a crash or an older mlajit) go too, unless held.
-  for (auto& n : list_names(dir_)) {
+  // Locks whose entry is gone (left by a crash or an older mlajit) go too, unless held, and the
+  // temp files of writers that died.
+  auto names = list_names(dir_);
+  remove_dead_temps(dir_, names);
+  for (auto& n : names) {
     if (!ends_with(n, kLockSuffix)) continue;
     std::string key = n.substr(0, n.size() - std::strlen(kLockSuffix));
     struct stat st;
