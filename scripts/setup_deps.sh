@@ -7,6 +7,7 @@ need=()
 dpkg -s cmake >/dev/null 2>&1 || command -v cmake >/dev/null || need+=(cmake)
 command -v g++ >/dev/null || need+=(g++)
 command -v make >/dev/null || need+=(make)
+command -v clang++ >/dev/null || need+=(clang)  # scripts/fuzz.sh (libFuzzer, CI)
 # libhiredis-dev: the remote cache's Redis client (linked statically); redis-server: the remote
 # cache test suite starts one on a loopback port (it reports itself skipped without it).
 for p in libfmt-dev nlohmann-json3-dev doctest-dev libhiredis-dev redis-server; do

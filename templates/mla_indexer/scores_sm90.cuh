@@ -34,6 +34,8 @@ struct ScoresSm90 {
   static constexpr int kTileKeys = 64;               // M of the MMA
   static constexpr int kConsumerThreads = 256;
   static constexpr int kThreads = kConsumerThreads + 32;
+  // Tiles the producer keeps in flight before it signals the oldest one (must be < STAGES).
+  static constexpr int kLag = STAGES > 2 ? STAGES - 2 : 1;
 
   static constexpr unsigned kQBytes = kBlockQ * H * kDepth;          // 64 KiB
   static constexpr unsigned kKTileBytes = kTileKeys * kDepth;        // 8 KiB
@@ -122,7 +124,7 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
   const int warp = tid >> 5, lane = tid & 31;
   if (warp == C::kConsumerThreads / 32) {
     // ---------------- producer warp: paged gathers of 64-key tiles ----------------
-    u32 issued = 0;
+    u32 issued = 0, signaled = 0;
     for (int s0 = 0; s0 < C::kBlockQ;) {
       if (!s_valid[s0]) {
         ++s0;
@@ -153,17 +155,23 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
           const float* ssrc = row >= 0 ? a.k_scales + row * a.scale_row_stride : a.k_scales;
           cp_async_4(ks_s + stage * (C::kTileKeys * 4) + r * 4, ssrc, row >= 0 ? 4u : 0u);
         }
-        // The hardware arrives on "full" for this lane once every copy it issued so far has
-        // landed (cp.async.mbarrier.arrive.noinc; the barrier counts the 32 lanes). The hand-off
-        // is thus one release/acquire pair the memory model (and racecheck) sees, instead of a
-        // wait_group followed by a plain arrive, and the producer never stalls on its own copies.
-        mbar_arrive_cp_async(full_bar + 8 * stage);
+        cp_async_commit();
         ++issued;
+        if (issued - signaled > static_cast<u32>(C::kLag)) {
+          cp_async_wait<C::kLag>();
+          fence_proxy_async_smem();
+          mbar_arrive(full_bar + 8 * (signaled % STAGES));
+          ++signaled;
+        }
       }
       s0 = s1;
     }
-    cp_async_commit();  // (the K copies were never committed: wait_group only counts groups)
-    cp_async_wait<0>();  // the copies land before their issuing thread exits
+    cp_async_wait<0>();
+    fence_proxy_async_smem();
+    while (signaled < issued) {
+      mbar_arrive(full_bar + 8 * (signaled % STAGES));
+      ++signaled;
+    }
     return;
   }
 
@@ -258,10 +266,6 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
   while (have) {
     cur.stage = consumed % STAGES;
     mbar_wait(full_bar + 8 * cur.stage, (consumed / STAGES) & 1u);
-    // cp.async wrote the tile through the generic proxy and wgmma reads it through the async
-    // proxy: the fence is ours to issue, after the acquire (the producer cannot fence data whose
-    // landing it no longer waits for). Same protocol as the sparse prefill's consumers.
-    fence_proxy_async_smem();
     cur.ks_lo = ks_sm[cur.stage * C::kTileKeys + row_lo];
     cur.ks_hi = ks_sm[cur.stage * C::kTileKeys + row_lo + 8];
     const u64 desc_a = sw128_kmajor_desc(k_s + cur.stage * C::kKTileBytes);
