@@ -138,3 +138,21 @@ TEST_CASE("lock files are removed with their entries: bad entry, eviction, verif
   CHECK(cache.list().empty());
   for (auto& e : fs::directory_iterator(dir.path)) CHECK(e.path().extension() != ".lock");
 }
+
+TEST_CASE("metadata integers are checked before conversion (planted-entry regression)") {
+  // get<unsigned>() of 1.5e300 was undefined behaviour (a float-to-int cast out of range), reached
+  // by any entry whose checksums match its planted metadata (seed tests/fuzz/corpus/cache_entry/float_threads).
+  auto meta = [](const std::string& entry, const std::string& created = "1") {
+    return R"({"name":"x","op":"sparse_index_remap","params":{},"entries":[)" + entry +
+           R"(],"arch":"sm_90a","nvrtc_version":"13.0","compile_seconds":0.1,"created":)" + created + "}";
+  };
+  for (const char* bad : {R"({"symbol":"e","threads":1.5e300,"smem":0})", R"({"symbol":"e","threads":-1,"smem":0})",
+                          R"({"symbol":"e","threads":256,"smem":4294967296})", R"({"symbol":"e","threads":"256","smem":0})"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(CacheEntryMeta::from_json(meta(bad)), doctest::Contains("bad metadata JSON"), Error);
+  }
+  CHECK_THROWS_WITH_AS(CacheEntryMeta::from_json(meta(R"({"symbol":"e","threads":256,"smem":0})", "1e300")),
+                       doctest::Contains("created"), Error);
+  auto ok = CacheEntryMeta::from_json(meta(R"({"symbol":"e","threads":256,"smem":4294967295})"));
+  CHECK(ok.entries[0].smem_bytes == 4294967295u);
+}
