@@ -10,6 +10,7 @@ command -v make >/dev/null || need+=(make)
 # The Python package (scripts/test_python.sh) needs python3 with venv and pip.
 command -v python3 >/dev/null || need+=(python3)
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need+=(python3-venv python3-pip)
+command -v clang++ >/dev/null || need+=(clang)  # scripts/fuzz.sh (libFuzzer, CI)
 # libhiredis-dev: the remote cache's Redis client (linked statically); redis-server: the remote
 # cache test suite starts one on a loopback port (it reports itself skipped without it).
 for p in libfmt-dev nlohmann-json3-dev doctest-dev libhiredis-dev redis-server; do

@@ -20,9 +20,15 @@
 // entry or none. Reads verify magic, version, key, lengths and both checksums; a bad entry is
 // logged, removed and reported as a miss (the caller recompiles) -- never loaded.
 // The directory is created 0700; a directory writable by group/others or owned by someone else is
-// refused with Error(Cache): loading a cubin runs its code on the GPU.
+// refused with Error(Cache): loading a cubin runs its code on the GPU. Each entry file is held to
+// the same rule when it is read: one that is not a regular file (a symlink), is owned by another
+// user or is writable by group/others is treated as corrupt (logged, removed, recompiled).
 // A per-key lock file (<key>.lock, flock) only keeps concurrent processes from compiling the same
 // kernel twice; correctness never depends on it (a lock that is not released in time is ignored).
+// A lock is removed with its entry (bad entry, eviction, verify --fix, prune) unless a process
+// holds it; prune also removes the unheld locks of missing entries, clear every lock. A writer
+// flocks its temp file until the rename; an unlocked temp file older than 2 s (its writer died)
+// is removed when a DiskCache is opened, by verify --remove and by prune.
 #include <cstdint>
 #include <memory>
 #include <optional>

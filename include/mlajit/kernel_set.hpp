@@ -7,7 +7,8 @@
 //
 // Each entry's `sweep` object expands fields into their cartesian product (in the order the fields
 // appear sorted by name, last field fastest). Every expanded spec is validated; errors name the
-// JSON path (e.g. "kernels[2].sweep.b_topk[1]").
+// JSON path (e.g. "kernels[2].sweep.b_topk[1]"). One entry expands to at most 4096 kernels, a config
+// to at most 16384; larger products are refused before anything is expanded.
 #include <string>
 #include <vector>
 

@@ -61,10 +61,30 @@ mlajit::TensorView view_of(const mlajit_tensor* t, const char* what) {
   return v;
 }
 
+// A required argument given as NULL is named as such, before any other check: an empty view would
+// otherwise fail a later check with a misleading message (its default dtype, rank or size).
+void need(const void* t, const std::string& what) {
+  if (t == nullptr)
+    throw mlajit::Error(mlajit::ErrorKind::InvalidArgument,
+                        fmt::format("{}: no tensor given (NULL); this argument is required", what));
+}
+
+// The cache's required members: blocks always, scales for an fp8 cache, lookup_table and
+// cache_lengths when the op reads them.
+void need_cache(const mlajit_paged_cache* c, const char* what, bool scales, bool table, bool lengths) {
+  if (c == nullptr) mlajit::throw_invalid(what, "NULL", "a mlajit_paged_cache");
+  need(c->blocks, std::string(what) + ".blocks");
+  if (scales) need(c->scales, std::string(what) + ".scales");
+  if (table) need(c->lookup_table, std::string(what) + ".lookup_table");
+  if (lengths) need(c->cache_lengths, std::string(what) + ".cache_lengths");
+}
+
 mlajit::ops::PagedCacheView cache_of(const mlajit_paged_cache* c, const char* what) {
   if (c == nullptr) mlajit::throw_invalid(what, "NULL", "a mlajit_paged_cache");
-  return {view_of(c->blocks, "cache.blocks"), view_of(c->scales, "cache.scales"),
-          view_of(c->lookup_table, "cache.lookup_table"), view_of(c->cache_lengths, "cache.cache_lengths")};
+  const std::string w(what);
+  return {view_of(c->blocks, (w + ".blocks").c_str()), view_of(c->scales, (w + ".scales").c_str()),
+          view_of(c->lookup_table, (w + ".lookup_table").c_str()),
+          view_of(c->cache_lengths, (w + ".cache_lengths").c_str())};
 }
 
 template <typename P>
@@ -162,7 +182,11 @@ mlajit_status mlajit_kv_cache_store(mlajit_op op, const mlajit_tensor* x, const 
                                     const mlajit_paged_cache* cache, int layer_idx, int kv_idx,
                                     const mlajit_tensor* dropped, void* stream) {
   return guarded([&] {
-    mlajit::ops::kv_cache_store(params_of<mlajit::KvCacheStoreParams>(op, "mlajit_kv_cache_store"), view_of(x, "x"),
+    const auto& p = params_of<mlajit::KvCacheStoreParams>(op, "mlajit_kv_cache_store");
+    need(x, "x");
+    need(input_row_offsets, "input_row_offsets");
+    need_cache(cache, "cache", p.cache.quantized(), /*table=*/true, /*lengths=*/true);
+    mlajit::ops::kv_cache_store(p, view_of(x, "x"),
                                 view_of(input_row_offsets, "input_row_offsets"), cache_of(cache, "cache"), layer_idx,
                                 kv_idx, view_of(dropped, "dropped"), stream);
   });
@@ -172,7 +196,12 @@ mlajit_status mlajit_kv_cache_gather(mlajit_op op, const mlajit_paged_cache* cac
                                      const mlajit_tensor* positions, int layer_idx, int kv_idx,
                                      const mlajit_tensor* y, const mlajit_tensor* dropped, void* stream) {
   return guarded([&] {
-    mlajit::ops::kv_cache_gather(params_of<mlajit::KvCacheGatherParams>(op, "mlajit_kv_cache_gather"),
+    const auto& p = params_of<mlajit::KvCacheGatherParams>(op, "mlajit_kv_cache_gather");
+    need_cache(cache, "cache", p.cache.quantized(), /*table=*/true, /*lengths=*/false);
+    need(batch_ids, "batch_ids");
+    need(positions, "positions");
+    need(y, "y");
+    mlajit::ops::kv_cache_gather(p,
                                  cache_of(cache, "cache"), view_of(batch_ids, "batch_ids"),
                                  view_of(positions, "positions"), layer_idx, kv_idx, view_of(y, "y"),
                                  view_of(dropped, "dropped"), stream);
@@ -183,7 +212,12 @@ mlajit_status mlajit_sparse_index_remap(mlajit_op op, const mlajit_tensor* indic
                                         const mlajit_tensor* input_row_offsets, const mlajit_tensor* lookup_table,
                                         int64_t num_blocks, const mlajit_tensor* out, void* stream) {
   return guarded([&] {
-    mlajit::ops::sparse_index_remap(params_of<mlajit::SparseIndexRemapParams>(op, "mlajit_sparse_index_remap"),
+    const auto& p = params_of<mlajit::SparseIndexRemapParams>(op, "mlajit_sparse_index_remap");
+    need(indices, "indices");
+    need(input_row_offsets, "input_row_offsets");
+    need(lookup_table, "lookup_table");
+    need(out, "out");
+    mlajit::ops::sparse_index_remap(p,
                                     view_of(indices, "indices"), view_of(input_row_offsets, "input_row_offsets"),
                                     view_of(lookup_table, "lookup_table"), num_blocks, view_of(out, "out"), stream);
   });
@@ -204,7 +238,14 @@ mlajit_status mlajit_mla_indexer(mlajit_op op, const mlajit_tensor* q, const mla
                                  int layer_idx, int64_t max_keys_per_seq, const mlajit_tensor* out,
                                  const mlajit_tensor* workspace, void* stream) {
   return guarded([&] {
-    mlajit::ops::mla_indexer(params_of<mlajit::MlaIndexerParams>(op, "mlajit_mla_indexer"), view_of(q, "q"),
+    const auto& p = params_of<mlajit::MlaIndexerParams>(op, "mlajit_mla_indexer");
+    need(q, "q");
+    need(qs, "qs");
+    need(input_row_offsets, "input_row_offsets");
+    need_cache(k_cache, "k_cache", /*scales=*/true, /*table=*/true, /*lengths=*/true);
+    need(out, "out");
+    need(workspace, "workspace");
+    mlajit::ops::mla_indexer(p, view_of(q, "q"),
                              view_of(qs, "qs"), view_of(input_row_offsets, "input_row_offsets"),
                              cache_of(k_cache, "k_cache"), layer_idx, max_keys_per_seq, view_of(out, "out"),
                              view_of(workspace, "workspace"), stream);
@@ -216,7 +257,15 @@ mlajit_status mlajit_sparse_prefill(mlajit_op op, const mlajit_tensor* q, const 
                                     float softmax_scale, const mlajit_tensor* attn_sink, const mlajit_tensor* out,
                                     const mlajit_tensor* lse, void* stream) {
   return guarded([&] {
-    mlajit::ops::sparse_prefill(params_of<mlajit::SparsePrefillParams>(op, "mlajit_sparse_prefill"), view_of(q, "q"),
+    const auto& p = params_of<mlajit::SparsePrefillParams>(op, "mlajit_sparse_prefill");
+    need(q, "q");
+    need_cache(kv, "kv", p.kv_dtype == mlajit::DType::fp8_e4m3 && p.scale_block_size > 0, false, false);
+    need(indices, "indices");
+    need(topk_lengths, "topk_lengths");
+    if (p.attn_sink) need(attn_sink, "attn_sink");
+    need(out, "out");
+    if (p.emit_lse) need(lse, "lse");
+    mlajit::ops::sparse_prefill(p, view_of(q, "q"),
                                 cache_of(kv, "kv"), view_of(indices, "indices"), view_of(topk_lengths, "topk_lengths"),
                                 layer_idx, softmax_scale, view_of(attn_sink, "attn_sink"), view_of(out, "out"),
                                 view_of(lse, "lse"), stream);

@@ -1,6 +1,5 @@
 // mlajit bench OP [--shape k=v,k=v,...] [--reps R] [--json]: time an op on the GPU.
 #include <cstdio>
-#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -9,6 +8,7 @@
 #include "ops/sparse_prefill/bench.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "cli/shape_arg.hpp"
 
 namespace mlajit::cli {
 
@@ -30,55 +30,6 @@ ops and their shape keys (defaults in brackets; tokens / keys / topk mean what t
       --anchor LIB.so: also time LIB's anchor_sparse_prefill_bf16 on the same inputs, interleaved
       (C ABI in src/ops/sparse_prefill/bench.hpp); prints both TFLOP/s, the ratio and the output diff
 )";
-
-// "k=v,k=v" -> map; each key consumed by the op's parser, leftovers are errors.
-class Shape {
- public:
-  explicit Shape(const std::string& text) {
-    size_t start = 0;
-    while (start < text.size()) {
-      size_t end = text.find(',', start);
-      if (end == std::string::npos) end = text.size();
-      std::string kv = text.substr(start, end - start);
-      size_t eq = kv.find('=');
-      if (eq == std::string::npos || eq == 0) throw_invalid("--shape item", kv, "key=value");
-      kv_[kv.substr(0, eq)] = kv.substr(eq + 1);
-      start = end + 1;
-    }
-  }
-  template <typename T>
-  void take_int(const char* key, T& v) {
-    if (auto s = take(key)) {
-      size_t pos = 0;
-      long long x = 0;
-      try { x = std::stoll(*s, &pos); } catch (...) { pos = 0; }
-      if (pos != s->size() || x < 0) throw_invalid(std::string("--shape ") + key, *s, "a non-negative integer");
-      v = static_cast<T>(x);
-    }
-  }
-  void take_bool(const char* key, bool& v) {
-    if (auto s = take(key)) {
-      if (*s != "0" && *s != "1") throw_invalid(std::string("--shape ") + key, *s, "0 or 1");
-      v = *s == "1";
-    }
-  }
-  void take_dtype(const char* key, DType& v) {
-    if (auto s = take(key)) v = parse_dtype(*s, std::string("--shape ") + key);
-  }
-  std::optional<std::string> take(const char* key) {
-    auto it = kv_.find(key);
-    if (it == kv_.end()) return std::nullopt;
-    std::string v = it->second;
-    kv_.erase(it);
-    return v;
-  }
-  void done(const std::string& op) const {
-    if (!kv_.empty()) throw_invalid("--shape key for " + op, kv_.begin()->first, "a key listed by `mlajit bench --help`");
-  }
-
- private:
-  std::map<std::string, std::string> kv_;
-};
 
 void print_summary(const std::string& op, const nlohmann::json& r) {
   if (op == "mla_indexer") {
@@ -125,7 +76,7 @@ int cmd_bench(const Argv& argv) {
     return args.flag("help") ? 0 : 2;
   }
   const std::string op = args.need(0, "OP");
-  Shape shape(args.get_or("shape", ""));
+  ShapeArg shape(args.get_or("shape", ""));
   const int reps = static_cast<int>(args.get_int("reps", 0, 1, 100000));
   if (op != "mla_indexer" && op != "sparse_prefill" && !args.get_or("anchor", "").empty())
     throw_invalid("--anchor", args.get_or("anchor", ""), "only with OP mla_indexer or sparse_prefill");

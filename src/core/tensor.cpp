@@ -41,10 +41,21 @@ std::string TensorView::describe() const {
   return s;
 }
 
+namespace {
+// A default-constructed view (no pointer, no dims) is an argument that was not given: say so
+// rather than report its default dtype or rank as wrong.
+void expect_given(const TensorView& t, const char* what) {
+  if (t.data == nullptr && t.ndim == 0)
+    throw Error(ErrorKind::InvalidArgument, fmt::format("{}: no tensor given (an empty view); this argument is required", what));
+}
+}  // namespace
+
 void expect_dtype(const TensorView& t, DType dt, const char* what) {
+  expect_given(t, what);
   if (t.dtype != dt) throw_invalid(fmt::format("{} dtype", what), dtype_name(t.dtype), dtype_name(dt));
 }
 void expect_ndim(const TensorView& t, int ndim, const char* what) {
+  expect_given(t, what);
   if (t.ndim != ndim) throw_invalid(fmt::format("{} rank", what), t.describe(), fmt::format("{} dims", ndim));
 }
 void expect_dim(const TensorView& t, int d, int64_t size, const char* what) {

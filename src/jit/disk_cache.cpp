@@ -121,6 +121,53 @@ void write_all(int fd, const std::string& data, const std::string& path) {
   }
 }
 
+// Why an entry file others could have written is refused (cache.hpp: the entry files are held to
+// the directory's rule, since a file can be made writable after it was written).
+std::string writable_by_others(const struct stat& st) {
+  return fmt::format("writable by {} (mode {:04o}); only entries writable by the current user alone are loaded",
+                     (st.st_mode & S_IWOTH) ? "other users" : "its group", st.st_mode & 07777);
+}
+
+// Removes <key>.lock unless a process holds it (it is compiling that key right now; its lock stays
+// useful). A process that opened the file but has not locked it yet then locks an unlinked file
+// and may compile the key a second time -- harmless, the lock never promised more (KeyLock).
+void remove_lock(const std::string& dir, const std::string& key) {
+  std::string path = dir + "/" + key + kLockSuffix;
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return;
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) ::unlink(path.c_str());
+  ::close(fd);  // releases the flock
+}
+
+// Removes an entry file and its lock; true when the entry is gone (removed now or before).
+bool remove_entry(const std::string& dir, const std::string& key, const std::string& path) {
+  bool gone = ::unlink(path.c_str()) == 0 || errno == ENOENT;
+  if (gone) remove_lock(dir, key);
+  return gone;
+}
+
+// A writer holds an flock on its temp file from creation to rename; an unlocked temp file older
+// than kDeadTempSeconds was left by a writer that died (SIGKILL, power loss) and is removed. The
+// age guards the instant between mkstemps and flock in a live writer.
+constexpr int kDeadTempSeconds = 2;
+
+void remove_dead_temps(const std::string& dir, const std::vector<std::string>& names) {
+  const time_t now = ::time(nullptr);
+  for (auto& n : names) {
+    if (n[0] != '.' || !ends_with(n, kTempSuffix)) continue;
+    std::string path = dir + "/" + n;
+    int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    struct stat st;
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime >= kDeadTempSeconds &&
+        ::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      ::unlink(path.c_str());
+      log::debug("removed {}, left by a writer that died", path);
+    }
+    ::close(fd);
+  }
+}
+
 struct Parsed {
   std::optional<CacheEntry> entry;
   std::string reason;  // why it is bad, when entry is empty
@@ -180,6 +227,7 @@ ReadResult read_entry_file(const std::string& path, bool touch) {
   if (fstat(fd, &st) != 0) r.reason = fmt::format("cannot stat: {}", errno_text());
   else if (!S_ISREG(st.st_mode)) r.reason = "not a regular file";
   else if (st.st_uid != geteuid()) r.reason = fmt::format("owned by uid {}, not by the current user", st.st_uid);
+  else if (st.st_mode & (S_IWGRP | S_IWOTH)) r.reason = writable_by_others(st);
   else {
     r.data = read_all(fd, static_cast<size_t>(st.st_size), path);
     // The entry was used: refresh atime/mtime so that LRU eviction keeps it.
@@ -218,6 +266,17 @@ std::string CacheEntryMeta::to_json() const {
   return j.dump();
 }
 
+namespace {
+// An unsigned integer field of the metadata. nlohmann's get<unsigned>() would convert a float or
+// a negative number unchecked (1e300 -> undefined behaviour); a planted entry must not get there.
+unsigned meta_uint(const nlohmann::json& j, const char* name) {
+  const auto& v = j.at(name);
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > int64_t{UINT32_MAX})
+    throw_error(ErrorKind::Cache, "bad metadata JSON: {} is {}, expected an integer in [0, 2^32)", name, v.dump());
+  return static_cast<unsigned>(v.get<int64_t>());
+}
+}  // namespace
+
 CacheEntryMeta CacheEntryMeta::from_json(const std::string& text) {
   try {
     auto j = nlohmann::json::parse(text);
@@ -227,12 +286,15 @@ CacheEntryMeta CacheEntryMeta::from_json(const std::string& text) {
     m.op = j.at("op").get<std::string>();
     m.params_json = j.at("params").dump();
     for (auto& e : j.at("entries"))
-      m.entries.push_back({e.at("symbol").get<std::string>(), e.at("threads").get<unsigned>(), e.at("smem").get<unsigned>()});
+      m.entries.push_back({e.at("symbol").get<std::string>(), meta_uint(e, "threads"), meta_uint(e, "smem")});
     m.arch = j.at("arch").get<std::string>();
     m.min_arch = j.value("min_arch", "");
     m.nvrtc_version = j.at("nvrtc_version").get<std::string>();
     m.compile_seconds = j.at("compile_seconds").get<double>();
     m.mlajit_version = j.value("mlajit_version", "");
+    // An integer or absent (an older entry); j.value() would convert a float unchecked.
+    if (j.contains("created") && !j["created"].is_number_integer())
+      throw_error(ErrorKind::Cache, "bad metadata JSON: created is {}, expected unix seconds", j["created"].dump());
     m.created = j.value("created", int64_t{0});
     return m;
   } catch (const nlohmann::json::exception& e) {
@@ -281,6 +343,7 @@ DiskCache::DiskCache(std::string dir, std::optional<uint64_t> max_bytes) : max_b
   }
   check_dir_safe(dir, st);
   dir_ = std::move(dir);
+  remove_dead_temps(dir_, list_names(dir_));
 }
 
 std::unique_ptr<DiskCache> DiskCache::from_env() {
@@ -312,7 +375,7 @@ std::optional<CacheEntry> DiskCache::get(const std::string& key) {
   else p.reason = r.reason;
   if (p.entry) return std::move(p.entry);
   log::warn("cache entry {} is bad ({}); removed, it will be recompiled", path, p.reason);
-  ::unlink(path.c_str());
+  remove_entry(dir_, key, path);
   return std::nullopt;
 }
 
@@ -322,6 +385,7 @@ void DiskCache::put(const std::string& key, const CacheEntryMeta& meta, const st
   std::string tmp = dir_ + "/." + key + ".XXXXXX" + kTempSuffix;
   int fd = ::mkstemps(tmp.data(), static_cast<int>(std::strlen(kTempSuffix)));  // created 0600
   if (fd < 0) throw_error(ErrorKind::Io, "cannot create a temp file in cache directory {}: {}", dir_, errno_text());
+  ::flock(fd, LOCK_EX | LOCK_NB);  // marks the temp file live (remove_dead_temps); released by close
   try {
     write_all(fd, data, tmp);
     if (::fsync(fd) != 0) throw_error(ErrorKind::Io, "fsync of {} failed: {}", tmp, errno_text());
@@ -396,6 +460,7 @@ std::vector<CacheListing> DiskCache::list() const {
 
 VerifyReport DiskCache::verify(bool remove_corrupt) {
   VerifyReport rep;
+  if (remove_corrupt) remove_dead_temps(dir_, list_names(dir_));
   for (auto& n : list_names(dir_)) {
     if (!ends_with(n, kEntrySuffix)) continue;
     ++rep.entries;
@@ -417,7 +482,7 @@ VerifyReport DiskCache::verify(bool remove_corrupt) {
       continue;
     }
     rep.corrupt.push_back({path, reason});
-    if (remove_corrupt) ::unlink(path.c_str());
+    if (remove_corrupt) remove_entry(dir_, key, path);
   }
   return rep;
 }
@@ -429,13 +494,23 @@ PruneReport DiskCache::prune(uint64_t max_bytes) {
   for (auto& e : entries) total += e.size;
   for (auto& e : entries) {
     if (total <= max_bytes) break;
-    if (::unlink(e.path.c_str()) == 0 || errno == ENOENT) {
+    if (remove_entry(dir_, e.key, e.path)) {
       total -= e.size;
       ++rep.removed;
       rep.removed_bytes += e.size;
     }
   }
   rep.remaining_bytes = total;
+  // Locks whose entry is gone (left by a crash or an older mlajit) go too, unless held, and the
+  // temp files of writers that died.
+  auto names = list_names(dir_);
+  remove_dead_temps(dir_, names);
+  for (auto& n : names) {
+    if (!ends_with(n, kLockSuffix)) continue;
+    std::string key = n.substr(0, n.size() - std::strlen(kLockSuffix));
+    struct stat st;
+    if (is_key(key) && ::lstat(path_of(key).c_str(), &st) != 0 && errno == ENOENT) remove_lock(dir_, key);
+  }
   return rep;
 }
 
@@ -447,7 +522,7 @@ void DiskCache::evict_over_cap(const std::string& keep_key) {
   for (auto& e : entries) {
     if (total <= *max_bytes_) break;
     if (e.key == keep_key) continue;  // never evict what was just written
-    if (::unlink(e.path.c_str()) == 0 || errno == ENOENT) {
+    if (remove_entry(dir_, e.key, e.path)) {
       total -= e.size;
       log::info("cache over its {}-byte cap: evicted {} ({})", *max_bytes_, e.path, e.name);
     }

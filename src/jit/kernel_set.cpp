@@ -12,6 +12,12 @@ namespace mlajit {
 
 using nlohmann::json;
 
+namespace {
+// Limits far above any real kernel set (the DeepSeek-V3.2 config has 9 kernels).
+constexpr size_t kMaxSweepKernels = 4096;
+constexpr size_t kMaxConfigKernels = 16384;
+}  // namespace
+
 std::vector<KernelSetEntry> expand_sweep(const json& entry, const std::string& path, int group) {
   if (!entry.is_object()) throw_invalid(path, entry.dump(), "an object {\"op\", \"params\", \"sweep\"}");
   json base = json::object();
@@ -31,6 +37,16 @@ std::vector<KernelSetEntry> expand_sweep(const json& entry, const std::string& p
     if (params.contains(it.key()))
       throw_invalid(path + ".sweep." + it.key(), "a field also set in params", "each field either in params or in sweep");
     axes.emplace_back(it.key(), it.value());
+  }
+
+  // The product is checked before anything is expanded: a few short lists can multiply to more
+  // kernels than any build would want (and than memory holds).
+  size_t count = 1;
+  for (auto& ax : axes) {
+    if (ax.second.size() > kMaxSweepKernels / count)
+      throw_invalid(path + ".sweep", "a product of more than " + std::to_string(kMaxSweepKernels) + " kernels",
+                    fmt::format("at most {} kernels per config entry", kMaxSweepKernels));
+    count *= ax.second.size();
   }
 
   std::vector<KernelSetEntry> out;
@@ -77,6 +93,9 @@ KernelSet kernel_set_from_json(const json& j) {
   for (size_t i = 0; i < kit->size(); ++i) {
     auto entries = expand_sweep((*kit)[i], fmt::format("kernels[{}]", i), static_cast<int>(i));
     set.kernels.insert(set.kernels.end(), entries.begin(), entries.end());
+    if (set.kernels.size() > kMaxConfigKernels)
+      throw_invalid(fmt::format("kernels[{}]", i), fmt::format("{} kernels so far", set.kernels.size()),
+                    fmt::format("at most {} kernels per config", kMaxConfigKernels));
   }
   return set;
 }

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The unit suite under a sanitizer: `asan` = AddressSanitizer + UndefinedBehaviorSanitizer (any
+# report aborts), `tsan` = ThreadSanitizer (the cache, the runtime and the builds are
+# multi-threaded). Builds into build-asan/ or build-tsan/ (GCC, ccache if present) and runs
+# mlajit_unit_tests there; exits non-zero on any report or test failure.
+# Usage: scripts/sanitize.sh asan|tsan [doctest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind=${1:?usage: scripts/sanitize.sh asan|tsan [doctest args...]}
+shift
+case "$kind" in
+  asan) san=address ;;
+  tsan) san=thread ;;
+  *) echo "unknown sanitizer '$kind': expected asan or tsan" >&2; exit 2 ;;
+esac
+scripts/setup_deps.sh
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S . -B "build-$kind" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMLAJIT_SANITIZE="$san" "${launcher[@]}" >/dev/null
+cmake --build "build-$kind" -j"$(nproc)" --target mlajit_cli mlajit_unit_tests
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+# The CLI tests run the sanitized `mlajit` too; NVRTC/driver are dlopened and not instrumented.
+"build-$kind/mlajit_unit_tests" "$@"
