@@ -109,9 +109,9 @@ TEST_CASE("an entry without a sweep gets its op's default knob space") {
   // mla_indexer: num_stages {2, 3, 4, 6, 8} plus the heuristic default (0).
   CHECK(groups[2].candidates.size() == 6);
   CHECK(knobs_of(groups[2].candidates[0].spec.params) == json{{"block_kv", 0}, {"block_q", 0}, {"num_stages", 0}});
-  // sparse_prefill: b_topk {64, 128} x num_stages {2, 3} plus the default (64, 0).
-  CHECK(groups[3].candidates.size() == 5);
-  CHECK(knob_list(groups[4]).size() == 4);
+  // sparse_prefill: b_topk {64, 128}; num_stages has one legal depth, so it is not swept.
+  CHECK(groups[3].candidates.size() == 2);
+  CHECK(knob_list(groups[4]).size() == 4);  // sparse_index_remap: threads
   for (const auto& g : groups)
     for (const auto& c : g.candidates) CHECK_NOTHROW(c.spec.validate());
 }

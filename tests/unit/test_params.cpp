@@ -128,6 +128,7 @@ TEST_CASE("bad params are rejected with an error naming the field") {
       {R"({"op":"sparse_prefill","params":{"kv_dtype":"fp8_e4m3","scale_block_size":100}})",
        "kernel.params.scale_block_size"},
       {R"({"op":"sparse_prefill","params":{"num_stages":5}})", "kernel.params.num_stages"},
+      {R"({"op":"sparse_prefill","params":{"num_stages":3}})", "kernel.params.num_stages"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.json);

@@ -304,8 +304,9 @@ TEST_CASE("sparse_prefill codegen: one kernel body per module") {
   CHECK(g.code.find("#if 0\n#define MLAJIT_SPARSE_PREFILL_HOPPER 1") != std::string::npos);
   CHECK_NOTHROW(generate_sparse_prefill_mode(KernelSpec{group}, sparse_prefill::Path::sm90));
   // A spec the Hopper kernel does not cover: one entry, no forced sm90 source.
-  SparsePrefillParams three = p;
-  three.num_stages = 3;
+  SparsePrefillParams three = p;  // 8-element scale blocks: below the Hopper kernel's 16
+  three.kv_dtype = DType::fp8_e4m3;
+  three.scale_block_size = 8;
   KernelSource t = generate(KernelSpec{three});
   CHECK(t.entries.size() == 1);
   CHECK(t.code.find("sparse_prefill/sm90.cuh") == std::string::npos);
@@ -326,8 +327,9 @@ TEST_CASE("sparse_prefill path choice") {
   group.scale_block_size = 64;
   CHECK(sparse_prefill::resolve_path(group, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
   CHECK(sparse_prefill::resolve_path(group, "sm_90a", sparse_prefill::Path::sm90) == sparse_prefill::Path::sm90);
-  SparsePrefillParams three = p;  // a pipeline depth only the portable kernel has
-  three.num_stages = 3;
+  SparsePrefillParams three = p;  // 8-element scale blocks: only the portable kernel takes them
+  three.kv_dtype = DType::fp8_e4m3;
+  three.scale_block_size = 8;
   CHECK(sparse_prefill::resolve_path(three, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
   CHECK_THROWS_AS(sparse_prefill::resolve_path(three, "sm_90a", sparse_prefill::Path::sm90), Error);
   CHECK(sparse_prefill::parse_path("sm90") == sparse_prefill::Path::sm90);

@@ -33,7 +33,11 @@ void SparsePrefillParams::validate() const {
     MLAJIT_EXPECT(scale_block_size == 0, "params.scale_block_size", scale_block_size, "0 for kv_dtype bf16");
   }
   MLAJIT_EXPECT(output_dtype == DType::bf16, "params.output_dtype", dtype_name(output_dtype), "bf16");
-  MLAJIT_EXPECT(num_stages >= 0 && num_stages <= 4, "params.num_stages", num_stages, "0 (heuristic) or 1..4");
+  // Only the Hopper kernel has a pipeline depth (its K ring is two 64-key stages); the portable
+  // kernel's pipeline is fixed. Any other depth used to mean "skip the Hopper kernel" silently: the
+  // path is chosen by the arch (and by the bench's / tests' explicit path), never by a knob.
+  MLAJIT_EXPECT(num_stages == 0 || num_stages == 2, "params.num_stages", num_stages,
+                "0 (auto) or 2 (the Hopper kernel's two-stage K ring; the portable kernel's pipeline is fixed)");
 }
 
 namespace ops {
@@ -47,8 +51,9 @@ int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 const OpDefinition& sparse_prefill_definition() {
   static const OpDefinition d{
       Op::sparse_prefill,
-      // b_topk has no auto value (0 is rejected by validate()); num_stages 0 is resolved by the plan.
-      {{"b_topk", false, 0, {64, 128}}, {"num_stages", true, 0, {2, 3}}},
+      // b_topk has no auto value (0 is rejected by validate()). num_stages has one legal depth (2),
+      // which auto (0) resolves to: a record or a config may pin it, no sweep tries it.
+      {{"b_topk", false, 0, {64, 128}}, {"num_stages", true, 0, {}}},
       {{"tokens", 4096, true, "query tokens"},
        {"topk", 2048, true, "selected keys per token (indices_stride = topk rounded up to 128)"},
        {"keys", 32768, false, "keys in the latent cache (s_kv)"}},

@@ -45,7 +45,7 @@ Sm80Plan sm80_plan(const SparsePrefillParams& p) {
 
 // templates/sparse_prefill/sm90.cuh covers every valid spec with a two-stage K ring: heads
 // 16..128 (one or two CTAs per token), b_topk 64 | 128, bf16 or fp8 with any scale block. Other
-// pipeline depths (num_stages 1, 3, 4) exist only on the portable path.
+// pipeline depths are not valid params (validate() admits only 0 = auto and 2).
 // The Hopper kernel has one pipeline depth, and its scale tiles need scale blocks of at least 16
 // elements (templates/sparse_prefill/sm90.cuh static_asserts this).
 bool sm90_supported(const SparsePrefillParams& p) {
