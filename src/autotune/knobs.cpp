@@ -36,21 +36,22 @@ struct Hasher {
   }
 };
 
-// Hashes every field of a params struct except its knobs (fields() order).
+// Hashes every field of a params struct except its knobs (by position: no name compares).
 struct NonKnobHasher {
   Hasher& h;
-  const std::vector<ops::KnobDef>& knobs;
-  bool is_knob(const char* name) const {
-    for (const auto& k : knobs)
-      if (std::string_view(k.name) == name) return true;
-    return false;
+  uint64_t knob_mask;
+  int pos = 0;
+  bool skip() { return (knob_mask >> pos++) & 1; }
+  void operator()(const char*, const int& v) {
+    if (!skip()) h.add(static_cast<uint64_t>(v));
   }
-  void operator()(const char* name, const int& v) {
-    if (!is_knob(name)) h.add(static_cast<uint64_t>(v));
+  void operator()(const char*, const bool& v) {
+    if (!skip()) h.add(v ? 1 : 0);
   }
-  void operator()(const char*, const bool& v) { h.add(v ? 1 : 0); }
   template <class E>
-  void operator()(const char*, const E& v) { h.add(static_cast<uint64_t>(v)); }
+  void operator()(const char*, const E& v) {
+    if (!skip()) h.add(static_cast<uint64_t>(v));
+  }
 };
 
 // The knob table of `op`, as names (std::string, for the JSON-facing API).
@@ -68,11 +69,9 @@ template <class P>
 P fill_auto(const P& p, const P& tuned) {
   OpParams out{p};
   const OpParams t{tuned};
-  for (const auto& k : ops::definition(static_cast<Op>(out.index())).knobs) {
-    if (!k.has_auto) continue;
-    int* v = ops::knob_field(out, k.name);
-    if (v && *v == 0) *v = *ops::knob_field(t, k.name);
-  }
+  const auto& knobs = ops::definition(static_cast<Op>(out.index())).knobs;
+  for (size_t k = 0; k < knobs.size(); ++k)
+    if (knobs[k].has_auto && ops::knob_at(out, k) == 0) ops::knob_at(out, k) = ops::knob_at(t, k);
   return std::get<P>(out);
 }
 
@@ -89,15 +88,16 @@ json default_knob_space(Op op) {
 
 json knobs_of(const OpParams& p) {
   json out = json::object();
-  for (const auto& k : ops::definition(static_cast<Op>(p.index())).knobs) out[k.name] = *ops::knob_field(p, k.name);
+  const auto& knobs = ops::definition(static_cast<Op>(p.index())).knobs;
+  for (size_t k = 0; k < knobs.size(); ++k) out[knobs[k].name] = ops::knob_at(p, k);
   return out;
 }
 
 OpParams default_knobs(const OpParams& p) {
   OpParams out = p;
   const OpParams defaults = default_params(static_cast<Op>(p.index()));
-  for (const auto& k : ops::definition(static_cast<Op>(p.index())).knobs)
-    *ops::knob_field(out, k.name) = *ops::knob_field(defaults, k.name);
+  for (size_t k = 0; k < ops::definition(static_cast<Op>(p.index())).knobs.size(); ++k)
+    ops::knob_at(out, k) = ops::knob_at(defaults, k);
   // Auto knobs as the ops would resolve them without a tuning record.
   return with_heuristic_knobs(out);
 }
@@ -110,15 +110,16 @@ MLAJIT_FOR_EACH_OP(MLAJIT_FILL_AUTO_)
 #undef MLAJIT_FILL_AUTO_
 
 bool has_auto_knobs(const OpParams& params) {
-  for (const auto& k : ops::definition(static_cast<Op>(params.index())).knobs)
-    if (k.has_auto && *ops::knob_field(params, k.name) == 0) return true;
+  const auto& knobs = ops::definition(static_cast<Op>(params.index())).knobs;
+  for (size_t k = 0; k < knobs.size(); ++k)
+    if (knobs[k].has_auto && ops::knob_at(params, k) == 0) return true;
   return false;
 }
 
 uint64_t problem_hash(const OpParams& params) {
   Hasher h;
   h.add(static_cast<uint64_t>(params.index()) + 0x100);
-  NonKnobHasher v{h, ops::definition(static_cast<Op>(params.index())).knobs};
+  NonKnobHasher v{h, ops::knob_layout(static_cast<Op>(params.index())).mask};
   std::visit([&](const auto& p) { std::decay_t<decltype(p)>::fields(p, v); }, params);
   return h.done();
 }

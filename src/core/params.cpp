@@ -174,10 +174,9 @@ void PagedKVCacheParams::validate(const std::string& p) const {
 
 OpParams with_heuristic_knobs(const OpParams& params) {
   OpParams p = params;
-  for (const auto& k : ops::definition(static_cast<Op>(p.index())).knobs) {
-    int* v = ops::knob_field(p, k.name);
-    if (v && *v == 0 && k.has_auto && k.heuristic != 0) *v = k.heuristic;
-  }
+  const auto& knobs = ops::definition(static_cast<Op>(p.index())).knobs;
+  for (size_t k = 0; k < knobs.size(); ++k)
+    if (knobs[k].has_auto && knobs[k].heuristic != 0 && ops::knob_at(p, k) == 0) ops::knob_at(p, k) = knobs[k].heuristic;
   return p;
 }
 

@@ -51,10 +51,16 @@ struct OpDefinition {
 // The definition of `op` (registry order == Op order; checked once at first use).
 const OpDefinition& definition(Op op);
 
-// Knob access by name through the params' fields(): nullptr when `p` has no such int field.
-int* knob_field(OpParams& p, const char* name);
-inline const int* knob_field(const OpParams& p, const char* name) {
-  return knob_field(const_cast<OpParams&>(p), name);
-}
+// Where an op's knobs sit in its fields() order, resolved from the names once per op (the registry
+// checks there that every knob is an int field), so that the per-call paths (has_auto_knobs,
+// problem_hash, filling auto knobs) never compare names.
+struct KnobLayout {
+  std::vector<int> position;  // fields() position of definition(op).knobs[k]
+  uint64_t mask = 0;          // bit i set: field i is a knob
+};
+const KnobLayout& knob_layout(Op op);
+// The k-th knob (definition(op).knobs[k]) of `p`, by position.
+int& knob_at(OpParams& p, size_t k);
+inline int knob_at(const OpParams& p, size_t k) { return knob_at(const_cast<OpParams&>(p), k); }
 
 }  // namespace mlajit::ops

@@ -1,5 +1,6 @@
 // The op registry: one line per op, in MLAJIT_FOR_EACH_OP order (include/mlajit/params.hpp).
 #include "mlajit/error.hpp"
+#include "core/param_checks.hpp"
 #include "ops/op_definition.hpp"
 
 namespace mlajit::ops {
@@ -13,8 +14,47 @@ const OpDefinition& sparse_prefill_definition();
 
 namespace {
 
+// Resolves knob names to positions in fields() order (once per op, in the registry).
+struct KnobPositions {
+  const std::vector<KnobDef>& knobs;
+  KnobLayout layout;
+  int pos = 0;
+  void operator()(const char* name, int&) {
+    for (size_t k = 0; k < knobs.size(); ++k)
+      if (std::string_view(knobs[k].name) == name) {
+        layout.position[k] = pos;
+        layout.mask |= uint64_t{1} << pos;
+      }
+    ++pos;
+  }
+  template <class T>
+  void operator()(const char*, T&) {
+    ++pos;
+  }
+};
+
+// The int field at a position in fields() order.
+struct IntFieldAt {
+  int want;
+  int pos = 0;
+  int* found = nullptr;
+  void operator()(const char*, int& v) {
+    if (pos++ == want) found = &v;
+  }
+  template <class T>
+  void operator()(const char*, T&) {
+    ++pos;
+  }
+};
+
+template <class V>
+void visit_fields(OpParams& p, V& v) {
+  std::visit([&](auto& x) { std::decay_t<decltype(x)>::fields(x, v); }, p);
+}
+
 struct Registry {
   const OpDefinition* defs[kNumOps];
+  KnobLayout layouts[kNumOps];
   Registry() {
     const OpDefinition* list[] = {
         &kv_cache_store_definition(),
@@ -29,41 +69,40 @@ struct Registry {
         throw_error(ErrorKind::Internal, "op registry: entry {} defines op {}, expected {} (keep MLAJIT_FOR_EACH_OP order)",
                     i, op_name(list[i]->op), op_name(static_cast<Op>(i)));
       defs[i] = list[i];
+      KnobPositions f{list[i]->knobs, {std::vector<int>(list[i]->knobs.size(), -1), 0}};
+      OpParams p = default_params(static_cast<Op>(i));
+      visit_fields(p, f);
+      if (f.pos > 64) throw_error(ErrorKind::Internal, "op registry: {} has {} fields, KnobLayout holds 64", op_name(list[i]->op), f.pos);
+      for (size_t k = 0; k < list[i]->knobs.size(); ++k)
+        if (f.layout.position[k] < 0)
+          throw_error(ErrorKind::Internal, "op registry: knob {} of {} is not an int field of its params",
+                      list[i]->knobs[k].name, op_name(list[i]->op));
+      layouts[i] = std::move(f.layout);
     }
   }
 };
 
-}  // namespace
-
-const OpDefinition& definition(Op op) {
+const Registry& registry() {
   static const Registry r;
-  const int i = static_cast<int>(op);
-  if (i < 0 || i >= kNumOps) throw_error(ErrorKind::Internal, "op registry: no op with index {}", i);
-  return *r.defs[i];
+  return r;
 }
 
-namespace {
-
-struct KnobFinder {
-  const char* name;
-  int* found = nullptr;
-  void operator()(const char* n, int& v) {
-    if (std::string_view(n) == name) found = &v;
-  }
-  template <class T>
-  void operator()(const char*, T&) {}
-};
+int checked_index(Op op) {
+  const int i = static_cast<int>(op);
+  if (i < 0 || i >= kNumOps) throw_error(ErrorKind::Internal, "op registry: no op with index {}", i);
+  return i;
+}
 
 }  // namespace
 
-int* knob_field(OpParams& p, const char* name) {
-  return std::visit(
-      [&](auto& x) {
-        KnobFinder f{name};
-        std::decay_t<decltype(x)>::fields(x, f);
-        return f.found;
-      },
-      p);
+const OpDefinition& definition(Op op) { return *registry().defs[checked_index(op)]; }
+
+const KnobLayout& knob_layout(Op op) { return registry().layouts[checked_index(op)]; }
+
+int& knob_at(OpParams& p, size_t k) {
+  IntFieldAt f{knob_layout(static_cast<Op>(p.index())).position.at(k)};
+  visit_fields(p, f);
+  return *f.found;
 }
 
 }  // namespace mlajit::ops

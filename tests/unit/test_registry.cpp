@@ -37,12 +37,13 @@ TEST_CASE("registry: every knob is an int field, and every value of every defaul
     const auto& d = ops::definition(op);
     OpParams base = default_params(op);
     if (op == Op::mla_indexer) std::get<MlaIndexerParams>(base).num_heads = 64;
-    for (const auto& k : d.knobs) {
+    REQUIRE(ops::knob_layout(op).position.size() == d.knobs.size());  // the registry resolved each
+    for (size_t ki = 0; ki < d.knobs.size(); ++ki) {
+      const auto& k = d.knobs[ki];
       INFO(op_name(op), ".", k.name);
-      REQUIRE(ops::knob_field(base, k.name) != nullptr);
       for (int v : k.space) {
         OpParams p = base;
-        *ops::knob_field(p, k.name) = v;
+        ops::knob_at(p, ki) = v;
         KernelSpec spec{p};
         CHECK_NOTHROW(spec.validate());
         // The generator (and the launch plan behind it) accepts it too: a knob value the plan
@@ -51,7 +52,7 @@ TEST_CASE("registry: every knob is an int field, and every value of every defaul
       }
       if (k.has_auto) {
         OpParams p = base;
-        *ops::knob_field(p, k.name) = 0;
+        ops::knob_at(p, ki) = 0;
         CHECK(autotune::has_auto_knobs(p));
         CHECK_NOTHROW(generate(KernelSpec{p}));
       }
@@ -59,10 +60,15 @@ TEST_CASE("registry: every knob is an int field, and every value of every defaul
   }
 }
 
-TEST_CASE("registry: knob access by name reaches the struct field") {
+TEST_CASE("registry: knob access by position reaches the named struct field") {
   OpParams p = SparsePrefillParams{};
-  *ops::knob_field(p, "num_stages") = 2;
-  CHECK(std::get<SparsePrefillParams>(p).num_stages == 2);
-  CHECK(ops::knob_field(p, "no_such_field") == nullptr);
-  CHECK(ops::knob_field(p, "attn_sink") == nullptr);  // a bool, not an int knob
+  const auto& knobs = ops::definition(Op::sparse_prefill).knobs;
+  for (size_t k = 0; k < knobs.size(); ++k) ops::knob_at(p, k) = 100 + static_cast<int>(k);
+  const auto& sp = std::get<SparsePrefillParams>(p);
+  CHECK(sp.b_topk == 100);      // knobs[0]
+  CHECK(sp.num_stages == 101);  // knobs[1]
+  CHECK(sp.num_q_heads == SparsePrefillParams{}.num_q_heads);  // nothing else written
+  // The mask marks exactly the knobs' positions in fields() order.
+  const auto& layout = ops::knob_layout(Op::sparse_prefill);
+  CHECK(layout.mask == ((uint64_t{1} << layout.position[0]) | (uint64_t{1} << layout.position[1])));
 }
