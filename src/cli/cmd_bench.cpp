@@ -106,8 +106,7 @@ int cmd_bench(const Argv& argv) {
     shape.take_int("heads", a.num_heads);
     // The tuner's vocabulary (`mlajit tune --shape`): tokens = new query tokens, keys = cached + new
     // keys of the sequence. new_tokens / cached_tokens / top_k are the older spellings.
-    shape.take_int("new_tokens", a.new_tokens);
-    shape.take_int("tokens", a.new_tokens);
+    shape.take_int("tokens", "new_tokens", a.new_tokens);
     shape.take_int("cached_tokens", a.cached_tokens);
     int64_t keys = -1;
     shape.take_int("keys", keys);
@@ -116,8 +115,7 @@ int cmd_bench(const Argv& argv) {
         throw_invalid("--shape keys", keys, fmt::format(">= tokens ({}): keys count the new tokens too", a.new_tokens));
       a.cached_tokens = keys - a.new_tokens;
     }
-    shape.take_int("top_k", a.top_k);
-    shape.take_int("topk", a.top_k);
+    shape.take_int("topk", "top_k", a.top_k);
     shape.take_int("page_size", a.page_size);
     if (auto m = shape.take("mask")) {
       if (*m != "causal" && *m != "none") throw_invalid("--shape mask", *m, "causal | none");
@@ -130,12 +128,10 @@ int cmd_bench(const Argv& argv) {
   } else if (op == "sparse_prefill") {
     bench::SparsePrefillBenchArgs a;
     // The tuner's vocabulary: tokens = query tokens (s_q), keys = keys in the cache (s_kv).
-    shape.take_int("s_q", a.s_q);
-    shape.take_int("tokens", a.s_q);
+    shape.take_int("tokens", "s_q", a.s_q);
     shape.take_int("heads", a.num_heads);
     shape.take_int("topk", a.topk);
-    shape.take_int("s_kv", a.s_kv);
-    shape.take_int("keys", a.s_kv);
+    shape.take_int("keys", "s_kv", a.s_kv);
     shape.take_dtype("kv_dtype", a.kv_dtype);
     shape.take_int("b_topk", a.b_topk);
     shape.take_int("page_size", a.page_size);

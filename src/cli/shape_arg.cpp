@@ -40,6 +40,11 @@ long long ShapeArg::take_integer(const char* key, long long max, bool& present) 
   return x;
 }
 
+void ShapeArg::reject_both(const char* key, const char* alias) const {
+  if (kv_.count(key) && kv_.count(alias))
+    throw_invalid(std::string("--shape ") + key, fmt::format("both {} and {}", key, alias), "one of the two (same meaning)");
+}
+
 void ShapeArg::take_int(const char* key, int& v) {
   bool present = false;
   long long x = take_integer(key, INT_MAX, present);

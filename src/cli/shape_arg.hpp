@@ -20,6 +20,13 @@ class ShapeArg {
   // wraps around when stored in an int.
   void take_int(const char* key, int& v);
   void take_int(const char* key, int64_t& v);
+  // A key with an older spelling (`alias`, same meaning): either may be given, not both.
+  template <typename T>
+  void take_int(const char* key, const char* alias, T& v) {
+    reject_both(key, alias);
+    take_int(key, v);
+    take_int(alias, v);
+  }
   void take_bool(const char* key, bool& v);  // "0" or "1"
   void take_dtype(const char* key, DType& v);
   std::optional<std::string> take(const char* key);
@@ -28,6 +35,7 @@ class ShapeArg {
 
  private:
   long long take_integer(const char* key, long long max, bool& present);
+  void reject_both(const char* key, const char* alias) const;
   std::map<std::string, std::string> kv_;
 };
 
