@@ -93,3 +93,16 @@ def raise_for(status):
 def check(status):
     if status:
         raise_for(status)
+
+
+# The entry points that need a GPU: what a dry timing run replaces.
+DEVICE_FUNCTIONS = ("mlajit_set_device", "mlajit_kv_cache_store", "mlajit_kv_cache_gather", "mlajit_sparse_index_remap",
+                    "mlajit_mla_indexer", "mlajit_sparse_prefill")
+
+
+def replace_launch_functions(address):
+    """For timing the Python side without a GPU (scripts/python_overhead.py --dry): every entry
+    point of DEVICE_FUNCTIONS calls the C function at `address` (one that returns 0) instead."""
+    for name in DEVICE_FUNCTIONS:
+        f = getattr(lib, name)
+        setattr(lib, name, ctypes.CFUNCTYPE(f.restype, *f.argtypes)(address))
