@@ -57,10 +57,10 @@ def main():
     if dry:
         fake_cuda(torch)
     import mlajit
-    from mlajit import _lib
+    from mlajit import _launch, _lib
 
     if dry:
-        _lib.replace_launch_functions(build_noop())
+        _launch.replace_device_functions(build_noop())
     dev = "cpu" if dry else "cuda"
     spec = {"op": "sparse_index_remap", "params": {"page_size": 64}}
     T, K, NB = 187, 64, 24

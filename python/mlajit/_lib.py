@@ -100,9 +100,9 @@ DEVICE_FUNCTIONS = ("mlajit_set_device", "mlajit_kv_cache_store", "mlajit_kv_cac
                     "mlajit_mla_indexer", "mlajit_sparse_prefill")
 
 
-def replace_launch_functions(address):
-    """For timing the Python side without a GPU (scripts/python_overhead.py --dry): every entry
-    point of DEVICE_FUNCTIONS calls the C function at `address` (one that returns 0) instead."""
+def replace_device_functions(address):
+    """Every entry point of DEVICE_FUNCTIONS calls the C function at `address` (same signature)
+    instead: for timing the Python side without a GPU (use _launch.replace_device_functions)."""
     for name in DEVICE_FUNCTIONS:
         f = getattr(lib, name)
         setattr(lib, name, ctypes.CFUNCTYPE(f.restype, *f.argtypes)(address))
