@@ -60,7 +60,8 @@ def main():
     from mlajit import _launch, _lib
 
     if dry:
-        _launch.replace_device_functions(build_noop())
+        noop = build_noop()
+        _launch.replace_device_functions({name: noop for name in _lib.DEVICE_FUNCTIONS})
     dev = "cpu" if dry else "cuda"
     spec = {"op": "sparse_index_remap", "params": {"page_size": 64}}
     T, K, NB = 187, 64, 24

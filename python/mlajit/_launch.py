@@ -7,7 +7,7 @@ current stream of that device; device -1 with stream None uses the legacy defaul
 Both call the libmlajit.so that _lib loaded (the C extension gets its function addresses), so a
 process holds one library whatever MLAJIT_LIBRARY says.
 """
-import ctypes
+import threading
 
 from . import _launch_ctypes, _lib, _tensor
 
@@ -32,9 +32,10 @@ def _bind():
     """Points both implementations at the current entry points of _lib.lib (see _lib.DEVICE_FUNCTIONS)."""
     raw_stream = _torch_raw_stream()
     _launch_ctypes._raw_stream = raw_stream
+    _launch_ctypes._thread = threading.local()  # the entry points may be another library's now
     if _fastcall is None:
         return
-    addresses = {name: ctypes.cast(getattr(_lib.lib, name), ctypes.c_void_p).value for name in _lib.DEVICE_FUNCTIONS}
+    addresses = _lib.device_function_addresses()
     dtypes = tuple(_tensor.TORCH_OF.get(code) for code in range(6))
     _fastcall.bind(addresses, _tensor._Tensor, dtypes, _tensor.fields, raw_stream, _lib.raise_for)
 
@@ -43,8 +44,10 @@ _bind()
 impl = _fastcall if _fastcall is not None else _launch_ctypes
 
 
-def replace_device_functions(address):
-    """For timing the Python side without a GPU (scripts/python_overhead.py --dry): every entry
-    point of _lib.DEVICE_FUNCTIONS calls the C function at `address` (one that returns 0) instead."""
-    _lib.replace_device_functions(address)
+def replace_device_functions(addresses):
+    """Both launch paths call the C functions at `addresses` ({name in _lib.DEVICE_FUNCTIONS:
+    address}) instead of libmlajit's: scripts/python_overhead.py --dry times the Python side with
+    a no-op, the tests record the argument structs. _lib.device_function_addresses() taken before
+    gives the addresses that undo it."""
+    _lib.replace_device_functions(addresses)
     _bind()

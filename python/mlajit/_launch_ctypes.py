@@ -21,7 +21,7 @@ def _context(device, stream):
 
 def kv_cache_store(handle, device, stream, x, input_row_offsets, blocks, scales, lookup_table, cache_lengths,
                    layer_idx, kv_idx, dropped):
-    p = Pack(6, 1)
+    p = Pack(7, 1)  # x, input_row_offsets, the cache's four, dropped
     args = (p.tensor(x), p.tensor(input_row_offsets), p.cache(blocks, scales, lookup_table, cache_lengths))
     dropped = p.tensor(dropped)
     check(lib.mlajit_kv_cache_store(handle, *args, layer_idx, kv_idx, dropped, _context(device, stream)))

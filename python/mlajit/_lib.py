@@ -100,9 +100,15 @@ DEVICE_FUNCTIONS = ("mlajit_set_device", "mlajit_kv_cache_store", "mlajit_kv_cac
                     "mlajit_mla_indexer", "mlajit_sparse_prefill")
 
 
-def replace_device_functions(address):
-    """Every entry point of DEVICE_FUNCTIONS calls the C function at `address` (same signature)
-    instead: for timing the Python side without a GPU (use _launch.replace_device_functions)."""
-    for name in DEVICE_FUNCTIONS:
+def device_function_addresses():
+    """{name: address} of the entry points of DEVICE_FUNCTIONS that `lib` calls now."""
+    return {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in DEVICE_FUNCTIONS}
+
+
+def replace_device_functions(addresses):
+    """The entry points of DEVICE_FUNCTIONS named in `addresses` ({name: address of a C function
+    of the same signature}) call that function instead: for timing the Python side without a GPU
+    and for tests (use _launch.replace_device_functions, which rebinds the C extension too)."""
+    for name, address in addresses.items():
         f = getattr(lib, name)
         setattr(lib, name, ctypes.CFUNCTYPE(f.restype, *f.argtypes)(address))
