@@ -44,16 +44,11 @@ def fake_cuda(torch):
     torch._C._cuda_getCurrentRawStream = lambda device: 0
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--dry", action="store_true", help="no GPU: time the Python side with a no-op C launch")
-    ap.add_argument("--calls", type=int, default=2000, help="calls per round (default 2000)")
-    ap.add_argument("--rounds", type=int, default=15, help="rounds per path; the median is printed (default 15)")
-    a = ap.parse_args()
-
+def measure(dry=False, calls=2000, rounds=15):
+    """{"c_api" | "mlajit.ops" | "torch.ops": median us per call} and a line saying where."""
     import torch
 
-    dry = a.dry or not torch.cuda.is_available()
+    dry = dry or not torch.cuda.is_available()
     if dry:
         fake_cuda(torch)
     import mlajit
@@ -102,21 +97,34 @@ def main():
             fn()
     sync()
     per_call = {name: [] for name, _ in paths}
-    for _ in range(a.rounds):
+    for _ in range(rounds):
         for name, fn in paths:
             t0 = time.perf_counter()
-            for _ in range(a.calls):
+            for _ in range(calls):
                 fn()
-            per_call[name].append((time.perf_counter() - t0) / a.calls * 1e6)
+            per_call[name].append((time.perf_counter() - t0) / calls * 1e6)
             sync()  # keeps the launch queue from filling up (a full queue blocks the host)
     med = {name: statistics.median(v) for name, v in per_call.items()}
     where = ("dry: no-op C launch, CPU tensors" if dry else f"GPU: {torch.cuda.get_device_name()}")
-    print(f"host time per sparse_index_remap call, median of {a.rounds} rounds x {a.calls} calls ({where}; "
-          f"torch {torch.__version__}, Python {sys.version.split()[0]})")
+    return med, (f"host time per sparse_index_remap call, median of {rounds} rounds x {calls} calls ({where}; "
+                 f"torch {torch.__version__}, Python {sys.version.split()[0]})")
+
+
+def report(med, where):
+    lines = [where]
     for name in ("c_api", "mlajit.ops", "torch.ops"):
         added = "" if name == "c_api" else f"   added {med[name] - med['c_api']:6.2f} us"
-        print(f"  {name:<11} {med[name]:6.2f} us{added}")
-    return med
+        lines.append(f"  {name:<11} {med[name]:6.2f} us{added}")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dry", action="store_true", help="no GPU: time the Python side with a no-op C launch")
+    ap.add_argument("--calls", type=int, default=2000, help="calls per round (default 2000)")
+    ap.add_argument("--rounds", type=int, default=15, help="rounds per path; the median is printed (default 15)")
+    a = ap.parse_args()
+    print(report(*measure(a.dry, a.calls, a.rounds)))
 
 
 if __name__ == "__main__":

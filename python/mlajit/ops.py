@@ -26,15 +26,16 @@ _size_t = ctypes.c_size_t
 if torch is not None:
     _is_compiling = torch.compiler.is_compiling
     _Tensor = torch.Tensor
+else:
+    _Tensor = None
 
 
 def _eager_device(t):
     """Where an eager call on t launches: its CUDA device (a plain torch tensor), -1 (another array
     object: the legacy default stream unless stream= is given), or None when the call must go
-    through torch.ops.mlajit (tracing, and fake, meta, CPU or subclass tensors)."""
+    through torch.ops.mlajit (tracing, and fake, meta, CPU, other-device or subclass tensors)."""
     if type(t) is _Tensor:
-        device = t.get_device()  # -1 for CPU and meta tensors; cheaper than t.device.index
-        return None if device < 0 or _is_compiling() else device
+        return t.get_device() if t.is_cuda and not _is_compiling() else None
     if torch is None:
         return -1
     return None if isinstance(t, _Tensor) or _is_compiling() else -1
@@ -42,10 +43,9 @@ def _eager_device(t):
 
 def cuda_device(t):
     """t's CUDA device index (the custom ops' real implementations run on any torch tensor)."""
-    device = t.get_device()
-    if device < 0:
+    if not t.is_cuda:
         raise InvalidArgumentError(f"tensor device: got {t.device}, expected a CUDA tensor")
-    return device
+    return t.get_device()
 
 
 def _empty(shape, dtype_name, like):
