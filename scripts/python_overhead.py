@@ -106,15 +106,15 @@ def measure(dry=False, calls=2000, rounds=15):
             sync()  # keeps the launch queue from filling up (a full queue blocks the host)
     med = {name: statistics.median(v) for name, v in per_call.items()}
     where = ("dry: no-op C launch, CPU tensors" if dry else f"GPU: {torch.cuda.get_device_name()}")
-    return med, (f"host time per sparse_index_remap call, median of {rounds} rounds x {calls} calls ({where}; "
+    return med, (f"host overhead: time per sparse_index_remap call, median of {rounds} rounds x {calls} calls ({where}; "
                  f"torch {torch.__version__}, Python {sys.version.split()[0]})")
 
 
 def report(med, where):
     lines = [where]
     for name in ("c_api", "mlajit.ops", "torch.ops"):
-        added = "" if name == "c_api" else f"   added {med[name] - med['c_api']:6.2f} us"
-        lines.append(f"  {name:<11} {med[name]:6.2f} us{added}")
+        added = "" if name == "c_api" else f", added {med[name] - med['c_api']:5.2f} us"
+        lines.append(f"  {name:<11} {med[name]:6.2f} us per call{added}")
     return "\n".join(lines)
 
 

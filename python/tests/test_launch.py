@@ -1,15 +1,21 @@
 """The eager launch paths without a GPU: the C extension mlajit._fastcall and its ctypes fallback
 (_launch_ctypes) hand the C API the same argument structs (the entry points are replaced by
 recorders), make the device current once per change and thread, resolve the stream the same way,
-and raise the same errors, the library's own included."""
+and raise the same errors, the library's own included. Torch tensors (the extension's attribute
+path) need torch; objects with __cuda_array_interface__ (its fallback path) do not."""
 import ctypes
 import threading
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch not installed: launch-path tests skipped")
-import mlajit  # noqa: E402
-from mlajit import _launch, _launch_ctypes, _lib  # noqa: E402
+import mlajit
+from mlajit import _launch, _launch_ctypes, _lib
+
+try:
+    import torch
+except ImportError:
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="torch not installed: torch-tensor launch tests skipped")
 
 if _launch._fastcall is None:
     pytest.skip("mlajit._fastcall not built (no Python headers at install): the ctypes path alone is in use",
@@ -89,7 +95,7 @@ class ArrayInterface:
                                          "strides": strides, "version": 3}
 
 
-def _calls_of_every_op():
+def _calls_of_every_op():  # needs torch
     """One call per op with CPU tensors (device -1: nothing is made current), optional tensors
     given and absent, a transposed view, an array-interface object and the i32 indices that
     sparse_prefill reads as u32."""
@@ -112,6 +118,7 @@ def _calls_of_every_op():
     ]
 
 
+@needs_torch
 def test_both_paths_pass_the_same_structs(recorded):
     calls = _calls_of_every_op()
     for op, args in calls:
@@ -136,6 +143,17 @@ def test_both_paths_pass_the_same_structs(recorded):
     assert prefill[1][-1] is None  # no stream and no device: the legacy default stream
 
 
+def test_both_paths_pass_the_same_structs_for_array_interface_objects(recorded):
+    h, dev, _, t, offs, lut, nb, _ = _remap_args(-1)
+    strided = ArrayInterface(0x40000, (5, 64), "<i4", strides=(4, 20))  # a transposed view, in bytes
+    for impl in IMPLS.values():
+        impl.sparse_index_remap(h, dev, None, t, offs, lut, nb, strided)
+    (_, fast), (_, slow) = recorded
+    assert fast == slow
+    assert fast[1] == {"data": 0x10000, "dtype": 5, "ndim": 2, "shape": [5, 64, 0, 0, 0, 0], "strides": [0] * 6}
+    assert fast[5]["strides"] == [1, 5, 0, 0, 0, 0] and fast[-1] is None
+
+
 def test_device_is_made_current_once_per_change_and_thread(recorded):
     for impl in IMPLS.values():
         for device in (0, 0, 1, 1, 0):
@@ -148,33 +166,44 @@ def test_device_is_made_current_once_per_change_and_thread(recorded):
         assert devices == [0, 1, 0, 0], impl
 
 
-def _remap_args(device):
-    t = torch.zeros(5, 64, dtype=torch.int32)
-    return (REMAP.handle, device, STREAM, t, torch.zeros(3, dtype=torch.uint32), torch.zeros(2, 4, dtype=torch.uint32),
-            24, t)
+def _remap_args(device, typestr="<i4"):
+    """sparse_index_remap's launch arguments as array-interface objects (no torch needed)."""
+    t = ArrayInterface(0x10000, (5, 64), typestr)
+    return (REMAP.handle, device, STREAM, t, ArrayInterface(0x20000, (3,), "<u4"),
+            ArrayInterface(0x30000, (2, 4), "<u4"), 24, t)
 
 
+@needs_torch
 @pytest.mark.parametrize("impl", list(IMPLS))
 def test_unusable_tensors_are_refused_with_the_same_message(impl, recorded):
     launch = IMPLS[impl].sparse_index_remap
-    h, dev, stream, t, offs, lut, nb, out = _remap_args(-1)
+    h, dev, stream, _, offs, lut, nb, out = _remap_args(-1)
+    t = torch.zeros(5, 64, dtype=torch.int32)
     with pytest.raises(TypeError, match="torch.float64 is not an mlajit dtype"):
         launch(h, dev, stream, t.double(), offs, lut, nb, out)
     with pytest.raises(ValueError, match="strides are all 0"):
         launch(h, dev, stream, torch.zeros(1, 1, dtype=torch.int32).expand(5, 64), offs, lut, nb, out)
     with pytest.raises(ValueError, match="at most 6"):
         launch(h, dev, stream, torch.zeros((1,) * 7, dtype=torch.int32), offs, lut, nb, out)
-    with pytest.raises(TypeError, match="is not a tensor"):
-        launch(h, dev, stream, "indices", offs, lut, nb, out)
     assert not recorded  # nothing reached the C API
+
+
+@pytest.mark.parametrize("impl", list(IMPLS))
+def test_non_tensors_are_refused_with_the_same_message(impl, recorded):
+    h, dev, stream, t, offs, lut, nb, out = _remap_args(-1)
+    with pytest.raises(TypeError, match="str is not a tensor"):
+        IMPLS[impl].sparse_index_remap(h, dev, stream, "indices", offs, lut, nb, out)
+    with pytest.raises(TypeError, match="typestr '<f8' is not an mlajit dtype"):
+        IMPLS[impl].sparse_index_remap(h, dev, stream, ArrayInterface(0x10000, (5,), "<f8"), offs, lut, nb, out)
+    assert not recorded
 
 
 @pytest.mark.parametrize("impl", list(IMPLS))
 def test_library_errors_carry_the_cpp_message(impl):
     """The real entry point validates before touching a device: the message is the library's."""
-    h, dev, stream, t, offs, lut, nb, out = _remap_args(-1)
+    h, dev, stream, t, offs, lut, nb, out = _remap_args(-1, typestr="<u4")
     with pytest.raises(mlajit.InvalidArgumentError, match="indices dtype: got u32, expected i32"):
-        IMPLS[impl].sparse_index_remap(h, dev, stream, t.to(torch.uint32), offs, lut, nb, out)
+        IMPLS[impl].sparse_index_remap(h, dev, stream, t, offs, lut, nb, out)
 
 
 def test_the_eager_path_uses_the_extension():
