@@ -106,6 +106,7 @@ def measure(dry=False, calls=2000, rounds=15):
             sync()  # keeps the launch queue from filling up (a full queue blocks the host)
     med = {name: statistics.median(v) for name, v in per_call.items()}
     where = ("dry: no-op C launch, CPU tensors" if dry else f"GPU: {torch.cuda.get_device_name()}")
+    where += f"; launch path {_launch.impl.__name__}"
     return med, (f"host overhead: time per sparse_index_remap call, median of {rounds} rounds x {calls} calls ({where}; "
                  f"torch {torch.__version__}, Python {sys.version.split()[0]})")
 
