@@ -90,3 +90,13 @@ def test_compile_fullgraph_traces_the_custom_ops():
         compiled(*args)
     code = graphs[0].code
     assert "mlajit.kv_cache_store" in code and "mlajit.mla_indexer" in code and "mlajit.sparse_prefill" in code
+
+
+def test_dynamo_takes_the_torch_ops_path_for_eager_tensors():
+    """Under TorchDynamo the eager-path check is True, so CUDA tensors (which a GPU-less test cannot
+    make) reach torch.ops.mlajit rather than the C extension, which dynamo cannot trace."""
+    def probe(x):
+        return x + (1 if mlajit.ops._is_dynamo_compiling() else 0)
+
+    assert torch.compile(probe, fullgraph=True, backend="eager")(torch.zeros(2)).tolist() == [1.0, 1.0]
+    assert probe(torch.zeros(2)).tolist() == [0.0, 0.0]
