@@ -8,10 +8,11 @@ torch custom-op features). Launches go to torch's current stream of the tensors'
 library's: a bad shape raises mlajit.InvalidArgumentError with the C++ message.
 
 Eager calls on CUDA torch tensors go straight to the C API through the C extension
-mlajit._fastcall (see _launch.py; about a microsecond of host time over the C call itself). Under
-torch.compile or with fake tensors the same functions go through the torch custom ops
-torch.ops.mlajit.* (see _torch_ops.py), which declare their mutated arguments and have fake
-implementations.
+mlajit._fastcall (see _launch.py): reading each tensor's dtype, shape, strides and pointer
+through torch's Python attributes is most of the few microseconds a call adds to the C call
+(scripts/python_overhead.py measures it). Under torch.compile or with fake tensors the same
+functions go through the torch custom ops torch.ops.mlajit.* (see _torch_ops.py), which declare
+their mutated arguments and have fake implementations.
 """
 import ctypes
 
