@@ -28,9 +28,21 @@ struct Run {
   std::string out;
 };
 
+// stderr of the last cli() run: one file per test process, so that suites running at the same
+// time (CI beside a developer's build, several worktrees) do not read each other's errors.
+const std::string& stderr_path() {
+  static const std::string p = "/tmp/mlajit_cli_test_err." + std::to_string(::getpid());
+  return p;
+}
+// Removes this process's stderr file at exit (computes the name itself: stderr_path()'s string may
+// already be destroyed by then).
+const struct RemoveStderrFile {
+  ~RemoveStderrFile() { std::remove(("/tmp/mlajit_cli_test_err." + std::to_string(::getpid())).c_str()); }
+} remove_stderr_file;
+
 // Runs the CLI through the shell, capturing stdout; stderr goes to a file so errors can be checked.
 Run cli(const std::string& args, const std::string& env = "") {
-  std::string cmd = env + " " MLAJIT_CLI_PATH " " + args + " 2>/tmp/mlajit_cli_test_err";
+  std::string cmd = env + " " MLAJIT_CLI_PATH " " + args + " 2>" + stderr_path();
   Run r;
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
@@ -43,7 +55,7 @@ Run cli(const std::string& args, const std::string& env = "") {
 }
 
 std::string last_stderr() {
-  std::ifstream f("/tmp/mlajit_cli_test_err");
+  std::ifstream f(stderr_path());
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
