@@ -854,7 +854,10 @@ MJ_DEVICE void finish(const SparsePrefillArgs& a, const Smem& s, const Lane& ln,
     s.rowsum[ln.wg * 64 + ln.r0] = l0;
     s.rowsum[ln.wg * 64 + ln.r1] = l1;
   }
-  sm90::named_bar_sync(kBarRowSum, 256);  // also: both warpgroups' wgmma are done, Q space is free
+  // Also: both warpgroups' wgmma are done, Q space is free. finish() is inlined into both consumer
+  // branches, so the two warpgroups reach this generation from different static instructions:
+  // the unaligned barrier (synccheck reported the aligned one as divergent, 1028 errors per launch).
+  sm90::named_bar_sync_unaligned(kBarRowSum, 256);
   const float L0 = s.rowsum[ln.r0] + s.rowsum[64 + ln.r0];
   const float L1 = s.rowsum[ln.r1] + s.rowsum[64 + ln.r1];
   const float out_mult = tile_unscale<C>();
@@ -1031,6 +1034,10 @@ MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane
     l1 *= alpha1;
     exponentiate<C>(p, s, 1, ln, n0, n1, l0, l1);
     pack_p<C::kF16>(p, ps);
+    // Every lane of the quad read s.max[r] above; lane tig 0 overwrites it. No barrier lies between
+    // (WG0's side is ordered by kBarS1Ready), so the warp syncs: lanes are not lockstep, and
+    // racecheck reported the read / write pair as a warp-level WAR hazard.
+    __syncwarp();
     if (ln.tig == 0) {
       s.max[ln.r0] = n0;
       s.max[ln.r1] = n1;
