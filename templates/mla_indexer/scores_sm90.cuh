@@ -165,14 +165,34 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
           page_row = indexer::key_row(a.lookup_table, a.pages_per_seq, a.num_blocks, a.block_row_stride,
                                       a.layer_row_offset, PAGE_SHIFT, b, kv0);
         }
+        // Smaller pages: lane l reads the table entry of the tile's page l (and l + 32) once, and
+        // every row takes its page's first row from that lane by a shuffle. Reading the table per
+        // row (16 reads per lane per tile) made page 16 2.6x slower than page 64.
+        constexpr int kPagesPerTile = PAGE_SHIFT >= 6 ? 1 : C::kTileKeys >> PAGE_SHIFT;
+        long long prow0 = -1, prow1 = -1;
+        if constexpr (PAGE_SHIFT < 6) {
+          if (lane < kPagesPerTile && (lane << PAGE_SHIFT) < tile_keys)
+            prow0 = indexer::key_row(a.lookup_table, a.pages_per_seq, a.num_blocks, a.block_row_stride,
+                                     a.layer_row_offset, PAGE_SHIFT, b, kv0 + (lane << PAGE_SHIFT));
+          if (kPagesPerTile > 32 && lane + 32 < kPagesPerTile && ((lane + 32) << PAGE_SHIFT) < tile_keys)
+            prow1 = indexer::key_row(a.lookup_table, a.pages_per_seq, a.num_blocks, a.block_row_stride,
+                                     a.layer_row_offset, PAGE_SHIFT, b, kv0 + ((lane + 32) << PAGE_SHIFT));
+        }
+        // Every lane of the warp calls it (shuffles), with its own r.
         auto tile_row = [&](int r) -> long long {
-          if (r >= tile_keys) return -1;
+          long long row;
           if constexpr (PAGE_SHIFT >= 6) {
-            return page_row < 0 ? -1 : page_row + r;
+            row = page_row < 0 ? -1 : page_row + r;
           } else {
-            return indexer::key_row(a.lookup_table, a.pages_per_seq, a.num_blocks, a.block_row_stride,
-                                    a.layer_row_offset, PAGE_SHIFT, b, kv0 + r);
+            const int pg = r >> PAGE_SHIFT;
+            long long pr = __shfl_sync(0xffffffffu, prow0, pg & 31);
+            if constexpr (kPagesPerTile > 32) {
+              const long long pr1 = __shfl_sync(0xffffffffu, prow1, pg & 31);
+              pr = pg >= 32 ? pr1 : pr;
+            }
+            row = pr < 0 ? -1 : pr + (r & ((1 << PAGE_SHIFT) - 1));
           }
+          return r < tile_keys ? row : -1;
         };
         // Keys: lane = 8 x (row of 4) + 16-byte chunk, so one warp instruction copies 4 whole
         // 128-byte rows (4 coalesced lines). One row per lane and 8 chunks each, as before, made
