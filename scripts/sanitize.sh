@@ -27,9 +27,19 @@ cmake -S . -B "build-$kind" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWi
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -g1 -DNDEBUG" -DMLAJIT_SANITIZE="$san" "${launcher[@]}" >/dev/null
 cmake --build "build-$kind" -j"${JOBS:-$(nproc)}" --target mlajit_cli mlajit_unit_tests
 
-supp=$PWD/scripts/sanitizers
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+# Test cases skipped under one sanitizer, each with its reason (every other case runs):
+skip=()
+if [ "$kind" = tsan ]; then
+  # "stress: 200 SIGKILLs*": an instrumented `mlajit build` does not reach its first cache put
+  # within the test's 50-1200 ms kill window on 2 shared cores (measured: 0 entries written in 200
+  # kills, so the test fails its own "puts were interrupted" check and proves nothing). What it
+  # checks is crash consistency across processes, which TSan cannot observe; it runs under ASan
+  # and in the plain suite.
+  skip=(-tce="stress: 200 SIGKILLs*")
+fi
 # The CLI tests run the sanitized `mlajit` too; NVRTC/driver are dlopened and not instrumented.
-"build-$kind/mlajit_unit_tests" "$@"
+# (A -tce given by the caller replaces the skip list.)
+"build-$kind/mlajit_unit_tests" "${skip[@]}" "$@"
