@@ -2,6 +2,7 @@
 // shape buckets, the tuning database (round trip, merge by two threads and two processes,
 // corruption), the run-time lookup (correctness and cost), candidate failure handling and the
 // parallel compile speed-up.
+#include "sanitized_build.hpp"
 #include "temp_dir.hpp"
 #include <doctest/doctest.h>
 #include <sys/resource.h>
@@ -409,7 +410,7 @@ TEST_CASE("lookup: 1e6 lookups cost well under 1 us each") {
   const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / kN;
   MESSAGE("tuning lookup: ", ns, " ns per lookup (target <= 1000 ns)");
   CHECK(hits == kN / 2);  // record 157 (GPU-3, 8 layers, 2^17 tokens) matches; 2^18 misses
-  CHECK(ns < 1000);
+  if (!mlajit::testing::kSanitizedBuild) CHECK(ns < 1000);
 }
 
 TEST_CASE("a candidate that fails to compile is recorded and skipped, never fatal") {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "jit/memory_cache.hpp"
+#include "sanitized_build.hpp"
 #include "mlajit/params.hpp"
 
 using namespace mlajit;
@@ -54,7 +55,7 @@ TEST_CASE("memory-hit lookup costs well under a microsecond") {
   double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / iters;
   MESSAGE("memory-hit lookup (hash + shared-lock find + shared_ptr copy), 1 thread: " << ns << " ns");
   CHECK(sink > 0);
-  CHECK(ns < 1000);
+  if (!mlajit::testing::kSanitizedBuild) CHECK(ns < 1000);
 
   // Four threads hammering the same hot key.
   std::vector<std::thread> ts;
@@ -68,5 +69,5 @@ TEST_CASE("memory-hit lookup costs well under a microsecond") {
   for (auto& th : ts) th.join();
   double worst = *std::max_element(per.begin(), per.end());
   MESSAGE("memory-hit lookup, 4 threads on one key: " << worst << " ns (worst thread)");
-  CHECK(worst < 5000);
+  if (!mlajit::testing::kSanitizedBuild) CHECK(worst < 5000);
 }
