@@ -9,6 +9,7 @@
 // <base>.log there, <base> = dump_base_name() (kernel name, cache key prefix, arch), so variants and
 // targets never overwrite each other. A failed compile always writes the source and log (to the
 // dump dir, else a private temp folder) and names the path in the Error(Compile) it throws.
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -64,16 +65,17 @@ class Compiler {
 
   // Automatic precompiled headers (--pch, NVRTC 12.8+). Off by default: measured on our kernels it
   // does not pay (see tests/unit/test_compiler.cpp "pch timing" and the infra report).
-  void set_use_pch(bool on) { use_pch_ = on; }
-  bool use_pch() const { return use_pch_; }
-  void set_line_info(bool on) { line_info_ = on; }
+  // Settings may change while other threads compile (they read them once per compile): atomics.
+  void set_use_pch(bool on) { use_pch_.store(on, std::memory_order_relaxed); }
+  bool use_pch() const { return use_pch_.load(std::memory_order_relaxed); }
+  void set_line_info(bool on) { line_info_.store(on, std::memory_order_relaxed); }
 
   // Successful compile() calls in this process (tests check single-flight with it).
   static unsigned long compile_count();
 
  private:
-  bool use_pch_ = false;
-  bool line_info_ = false;
+  std::atomic<bool> use_pch_{false};
+  std::atomic<bool> line_info_{false};
 };
 
 }  // namespace mlajit

@@ -163,8 +163,8 @@ std::string Compiler::nvrtc_version() const {
 std::vector<std::string> Compiler::options(const std::string& arch) const {
   validate_arch(arch);
   std::vector<std::string> o = {"-std=c++17", "--gpu-architecture=" + arch, "-default-device", "-DNDEBUG"};
-  if (line_info_) o.push_back("-lineinfo");
-  if (use_pch_) o.push_back("--pch");
+  if (line_info_.load(std::memory_order_relaxed)) o.push_back("-lineinfo");
+  if (use_pch_.load(std::memory_order_relaxed)) o.push_back("--pch");
   return o;
 }
 
