@@ -31,6 +31,19 @@ MJ_DEVICE void cp_async_16_zfill(u32 dst, const void* src, bool valid, u64 polic
                : "memory");
 }
 MJ_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// Closes this thread's group of cp.async issued since the last commit.
+MJ_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight; the landed ones are
+// then visible to this thread.
+template <int N>
+MJ_DEVICE void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Copies 4 bytes global -> shared when `valid`, else writes 4 zero bytes and reads nothing.
+MJ_DEVICE void cp_async_4_zfill(u32 dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4u : 0u) : "memory");
+}
 
 // 16-byte read-only global load (no L1 allocation) with an L2 policy from `src + OFFSET` (16-aligned).
 // Volatile: a prefetch ring keeps its loads where they were written. OFFSET is an immediate, so
