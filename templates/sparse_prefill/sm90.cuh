@@ -128,6 +128,16 @@ enum : u32 {
 //      instead of the consumers fencing after the wait
 //   8: fp8 with unit / per-row scales: the register-window producer (Fp8Producer) instead of the
 //      cp.async gather with in-place expansion (Fp8AsyncProducer)
+// fp8 producer choices for f16 tiles (unit / per-row scales); see Config::kAsyncFp8, kL1Ahead, kAsyncL1.
+#ifndef MJ_SP90_FP8_ASYNC
+#define MJ_SP90_FP8_ASYNC 1
+#endif
+#ifndef MJ_SP90_FP8_L1_AHEAD
+#define MJ_SP90_FP8_L1_AHEAD 0
+#endif
+#ifndef MJ_SP90_FP8_ASYNC_L1
+#define MJ_SP90_FP8_ASYNC_L1 0
+#endif
 template <int NUM_HEADS, int B_TOPK, bool KV_FP8, int SCALE_BLOCK, bool ATTN_SINK, bool EMIT_LSE, int PAGE_SIZE,
           int NUM_STAGES, int TUNE = 0>
 struct Config {
@@ -159,9 +169,14 @@ struct Config {
   static constexpr bool kProducerFence = KV_FP8 && (TUNE & 4) != 0;
   static constexpr bool kConsumerFence = KV_FP8 ? !kProducerFence : (TUNE & 1) == 0;
   static constexpr bool kWideWindow = (TUNE & 2) != 0;
-  // f16 tiles: rows gathered by cp.async into the stage and expanded there (Fp8AsyncProducer);
-  // TUNE 8 keeps the register-window producer (Fp8Producer) for comparison.
-  static constexpr bool kAsyncFp8 = kF16 && (TUNE & 8) == 0;
+  // f16 tiles: rows gathered by cp.async into the stage and expanded there (Fp8AsyncProducer) when
+  // MJ_SP90_FP8_ASYNC; TUNE 8 forces the register-window producer (Fp8Producer).
+  static constexpr bool kAsyncFp8 = kF16 && MJ_SP90_FP8_ASYNC != 0 && (TUNE & 8) == 0;
+  // f16 tiles, register-window producer: chunks prefetched into L1 this many chunks beyond the
+  // window (0: none).
+  static constexpr int kL1Ahead = kF16 ? MJ_SP90_FP8_L1_AHEAD : 0;
+  // f16 tiles, cp.async producer: the half after the one being issued is prefetched into L1.
+  static constexpr bool kAsyncL1 = MJ_SP90_FP8_ASYNC_L1 != 0;
 
   static constexpr int kCtasPerToken = (NUM_HEADS + 63) / 64;
   static constexpr int kHeadsPerCta = NUM_HEADS / kCtasPerToken;
@@ -479,8 +494,13 @@ struct Fp8Producer {
     constexpr int h = Plan::half_of(J), k = Plan::row_of(J), tile = Plan::tile_of(J), slot = J % kWindow;
     const u32 row = rows[Plan::stage(h)][k];
     if (row != kNoRow) {
-      sm90::ldg128_policy<64 * tile>(kv + static_cast<u64>(row) * kQkDim, policy, raw[slot][0], raw[slot][1],
-                                     raw[slot][2], raw[slot][3]);
+      if constexpr (C::kL1Ahead > 0) {
+        sm90::ldg128_policy_l1<64 * tile>(kv + static_cast<u64>(row) * kQkDim, policy, raw[slot][0], raw[slot][1],
+                                          raw[slot][2], raw[slot][3]);
+      } else {
+        sm90::ldg128_policy<64 * tile>(kv + static_cast<u64>(row) * kQkDim, policy, raw[slot][0], raw[slot][1],
+                                       raw[slot][2], raw[slot][3]);
+      }
       if constexpr (Scales::kPerChunk >= 1) {
         const float* rs = scales + static_cast<u64>(row) * C::kScalesPerToken;
         const int u = 4 * tile + cv;
@@ -493,6 +513,15 @@ struct Fp8Producer {
       if constexpr (Scales::kPerChunk >= 1) sc[slot].v[0] = 0.0f;
       if constexpr (Scales::kPerChunk == 2) sc[slot].v[1] = 0.0f;
     }
+  }
+
+  // L1 prefetch of chunk J's 64-byte tile row (one lane of the four that load it; a 64-byte tile
+  // row never straddles a 128-byte line: rows are 576 bytes apart).
+  template <int J>
+  MJ_DEVICE void prefetch_l1(const u32 (&rows)[2][2]) {
+    constexpr int h = Plan::half_of(J), k = Plan::row_of(J), tile = Plan::tile_of(J);
+    const u32 row = rows[Plan::stage(h)][k];
+    if (row != kNoRow && c == (tile & 3)) sm90::prefetch_l1(kv - 16 * c + static_cast<u64>(row) * kQkDim + 64 * tile);
   }
 
   template <int I>
@@ -554,6 +583,15 @@ struct Fp8Producer {
     } else {
       load<I + kWindow - Plan::kChunks>(nxt);
     }
+    if constexpr (C::kL1Ahead > 0) {
+      constexpr int J = I + kWindow + C::kL1Ahead;
+      static_assert(J < 2 * Plan::kChunks, "L1 prefetch reaches past the next step's rows");
+      if constexpr (J < Plan::kChunks) {
+        prefetch_l1<J>(cur);
+      } else {
+        prefetch_l1<J - Plan::kChunks>(nxt);
+      }
+    }
     if constexpr (I == Plan::first_chunk(h) + 2 * Plan::tiles(h) - 1) {
       if constexpr (C::kProducerFence) sm90::fence_proxy_async_smem();
       sm90::mbar_arrive(s.full[st][side]);  // release; the consumers fence after acquiring (wait_full)
@@ -565,6 +603,14 @@ struct Fp8Producer {
   MJ_DEVICE void prefetch() {
     load<I>(cur);
     if constexpr (I + 1 < kWindow) prefetch<I + 1>();
+  }
+  // Step 0's chunks between the window and the L1 prefetch distance (the loop covers the rest).
+  template <int I>
+  MJ_DEVICE void prefetch_l1_start() {
+    if constexpr (I < kWindow + C::kL1Ahead && I < Plan::kChunks) {
+      prefetch_l1<I>(cur);
+      prefetch_l1_start<I + 1>();
+    }
   }
 };
 
@@ -602,6 +648,7 @@ MJ_DEVICE void produce_fp8(const SparsePrefillArgs& a, const Smem& s, i64 token,
   load_step(1);
   p.cv = p.c;
   p.template prefetch<0>();
+  if constexpr (C::kL1Ahead > 0) p.template prefetch_l1_start<Fp8Producer<C>::kWindow>();
   for (int step = 0; step < steps; ++step) {
     resolve(p.nxt);       // step + 1 (slots past topk_len resolve to kNoRow)
     load_step(step + 2);
@@ -668,10 +715,29 @@ struct Fp8AsyncProducer {
       const u32 dst = s.k[st] + static_cast<u32>(g + 32 * k) * 128u + stage_lo;
 #pragma unroll
       for (int tile = t0; tile < t0 + nt; ++tile) {
-        sm90::cp_async_16_zfill(dst + tile * kTileBytes, src + 64 * tile, valid, policy);
+        if constexpr (C::kAsyncL1) {
+          sm90::cp_async_16_zfill_l1(dst + tile * kTileBytes, src + 64 * tile, valid, policy);
+        } else {
+          sm90::cp_async_16_zfill(dst + tile * kTileBytes, src + 64 * tile, valid, policy);
+        }
       }
     }
     sm90::cp_async_commit();
+  }
+
+  // L1 prefetch of half H's rows (lane c takes tiles t0 + c and t0 + c + 4: one prefetch per 64-byte
+  // tile row, which never straddles a 128-byte line), so that its copies hit L1 once issued.
+  template <int H>
+  MJ_DEVICE void prefetch_half(const u32 (&rows)[2][2]) {
+    constexpr int st = Plan::stage(H), t0 = Plan::first_tile(H), nt = Plan::tiles(H);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const u32 row = rows[st][k];
+      if (row == kNoRow) continue;
+      const unsigned char* base = kv - 16 * c + static_cast<u64>(row) * kQkDim + 64 * (t0 + c);
+      sm90::prefetch_l1(base);
+      if (c + 4 < nt) sm90::prefetch_l1(base + 256);
+    }
   }
 
   // Widens half H's landed fp8 chunks of this thread to f16 (exact) and releases the half.
@@ -717,6 +783,13 @@ struct Fp8AsyncProducer {
         issue<N>(cur);
       } else {
         issue<N>(nxt);
+      }
+      if constexpr (C::kAsyncL1) {  // and the half after it
+        if constexpr (H < 2) {
+          prefetch_half<N + 1>(cur);
+        } else {
+          prefetch_half<(N + 1) & 3>(nxt);
+        }
       }
     };
     // Every lane tests (and so acquires) itself; the warp takes the early branch only together.
@@ -770,6 +843,7 @@ MJ_DEVICE void produce_fp8_async(const SparsePrefillArgs& a, const Smem& s, i64 
   if (steps > 0) {
     sm90::mbar_wait(s.empty[0][0], 1u);  // fresh barrier: passes at once
     p.template issue<0>(p.cur);
+    if constexpr (C::kAsyncL1) p.template prefetch_half<1>(p.cur);
   }
   for (int step = 0; step < steps; ++step) {
     resolve(p.nxt);  // step + 1 (slots past topk_len resolve to kNoRow)
