@@ -48,19 +48,6 @@ MJ_DEVICE bool mbar_try_wait(u32 bar, u32 parity) {
   return done != 0;
 }
 
-// Non-blocking test (never suspends the thread, unlike try_wait): acquire when it returns true.
-MJ_DEVICE bool mbar_test_wait(u32 bar, u32 parity) {
-  u32 done;
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-
 // MJ_MBAR_WAIT_LIMIT (diagnostic builds only, never set by the library): after that many failed
 // tries the waiting warp reports the barrier and traps, turning a deadlock into an error that
 // names the stuck barrier.

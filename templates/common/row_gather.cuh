@@ -31,19 +31,6 @@ MJ_DEVICE void cp_async_16_zfill(u32 dst, const void* src, bool valid, u64 polic
                : "memory");
 }
 MJ_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-// Closes this thread's group of cp.async issued since the last commit.
-MJ_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most N of this thread's committed groups are still in flight; the landed ones are
-// then visible to this thread.
-template <int N>
-MJ_DEVICE void cp_async_wait_group() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Copies 4 bytes global -> shared when `valid`, else writes 4 zero bytes and reads nothing.
-MJ_DEVICE void cp_async_4_zfill(u32 dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4u : 0u) : "memory");
-}
 
 // 16-byte read-only global load (no L1 allocation) with an L2 policy from `src + OFFSET` (16-aligned).
 // Volatile: a prefetch ring keeps its loads where they were written. OFFSET is an immediate, so
@@ -53,26 +40,6 @@ MJ_DEVICE void ldg128_policy(const void* src, u64 policy, u32& a, u32& b, u32& c
   asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4+%6], %5;\n"
                : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
                : "l"(src), "l"(policy), "n"(OFFSET));
-}
-
-// As ldg128_policy, but hitting (and allocating) in L1: for rows an L1 prefetch brought in.
-template <int OFFSET>
-MJ_DEVICE void ldg128_policy_l1(const void* src, u64 policy, u32& a, u32& b, u32& c, u32& d) {
-  asm volatile("ld.global.nc.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4+%6], %5;\n"
-               : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
-               : "l"(src), "l"(policy), "n"(OFFSET));
-}
-
-// Brings the line holding `p` into L1 (no register, nothing to wait for): a later load or
-// cp.async.ca of it then sees L1 rather than L2 latency, as long as the line stays (L1 next to a
-// ~227 KB shared-memory carve-out is ~28 KB).
-MJ_DEVICE void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p)); }
-
-// cp_async_16_zfill through L1 (.ca: looks up and allocates in L1, e.g. hits a prefetched line).
-MJ_DEVICE void cp_async_16_zfill_l1(u32 dst, const void* src, bool valid, u64 policy) {
-  asm volatile("cp.async.ca.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16u : 0u), "l"(policy)
-               : "memory");
 }
 
 // 4-byte read-only global load kept in program order (volatile), so a prefetch ring of such loads is

@@ -55,11 +55,9 @@
 // One CTA = one token x one 64-row head tile; 3 warpgroups:
 //   WG2 (producer, few registers): reads the token's indices, resolves rows (SPEC validity rule),
 //     and gathers each 64-key block into a K stage (64 rows x 576 bf16, 128-byte swizzled tiles of
-//     64 columns): bf16 rows by cp.async 16 B per thread (zero-fill, no read, for invalid slots);
-//     fp8 rows with unit / per-row scales by cp.async 16 B into the stage half itself, then
-//     expanded to f16 in place once landed (Fp8AsyncProducer); fp8 rows with group scales by
-//     16-byte register loads decoded to bf16 on the way (Fp8Producer). Per stage it also publishes
-//     a column bias (0 or -inf) and, for per-row fp8 scales, the row's scale.
+//     64 columns): bf16 rows by cp.async 16 B per thread (zero-fill, no read, for invalid slots),
+//     fp8 rows by 16-byte register loads decoded to bf16 on the way. Per stage it also publishes a
+//     column bias (0 or -inf) and, for per-row fp8 scales, the row's scale.
 //   WG0 / WG1 (consumers, many registers): block 2i goes to stage 0 (scored by WG0), block 2i+1 to
 //     stage 1 (scored by WG1): S = Q K^T with m64n64k16 wgmma over 9 column tiles (Q resident in
 //     shared memory). Online softmax in f32 in the exp2 domain, running max shared through shared
@@ -74,11 +72,10 @@
 // multiplied by 2^56 (unit / per-row) or by group scale * 2^56 (split hi + lo, one rounding), so the
 // tile holds K * 2^-64: no overflow for scales up to 2^71, and P V products stay far from the f32
 // subnormal range. The 2^64 is folded back into the score multiplier and the output. Per-row scales
-// (SCALE_BLOCK 576) are folded into the score multiplier and P instead of the tile. The group-scale
-// producer streams 16-byte loads through a register window (6 / 4 / 2 deep) across halves and
-// steps; the f16-tile producer has no window: its cp.async copies for the next stage half fly while
-// it expands the current one. Both load their encoded indices two steps ahead (the bf16 producer's
-// one step ahead), so no index load latency lands on the critical path of a step.
+// (SCALE_BLOCK 576) are folded into the score multiplier and P instead of the tile. The fp8
+// producer streams 16-byte loads through a register window (9 deep for f16 tiles, 6 / 4 / 2 with
+// group scales) across halves and steps; its encoded indices are loaded two steps ahead (the bf16
+// producer's one step ahead), so no index load latency lands on the critical path of a step.
 // Proxy ordering: stage data are written through the generic proxy (cp.async, st.shared) and read
 // by wgmma through the async proxy; each consumer fences after acquiring a full barrier (a
 // producer-side fence would be a MEMBAR that waits for the producer's in-flight loads).
@@ -126,18 +123,6 @@ enum : u32 {
 //   2: fp8: 9-chunk load window instead of 6 (unit / per-row / x16 group scales)
 //   4: fp8: the producer fences its stores before arriving (drains its load window at every half)
 //      instead of the consumers fencing after the wait
-//   8: fp8 with unit / per-row scales: the register-window producer (Fp8Producer) instead of the
-//      cp.async gather with in-place expansion (Fp8AsyncProducer)
-// fp8 producer choices for f16 tiles (unit / per-row scales); see Config::kAsyncFp8, kL1Ahead, kAsyncL1.
-#ifndef MJ_SP90_FP8_ASYNC
-#define MJ_SP90_FP8_ASYNC 1
-#endif
-#ifndef MJ_SP90_FP8_L1_AHEAD
-#define MJ_SP90_FP8_L1_AHEAD 0
-#endif
-#ifndef MJ_SP90_FP8_ASYNC_L1
-#define MJ_SP90_FP8_ASYNC_L1 0
-#endif
 template <int NUM_HEADS, int B_TOPK, bool KV_FP8, int SCALE_BLOCK, bool ATTN_SINK, bool EMIT_LSE, int PAGE_SIZE,
           int NUM_STAGES, int TUNE = 0>
 struct Config {
@@ -169,14 +154,6 @@ struct Config {
   static constexpr bool kProducerFence = KV_FP8 && (TUNE & 4) != 0;
   static constexpr bool kConsumerFence = KV_FP8 ? !kProducerFence : (TUNE & 1) == 0;
   static constexpr bool kWideWindow = (TUNE & 2) != 0;
-  // f16 tiles: rows gathered by cp.async into the stage and expanded there (Fp8AsyncProducer) when
-  // MJ_SP90_FP8_ASYNC; TUNE 8 forces the register-window producer (Fp8Producer).
-  static constexpr bool kAsyncFp8 = kF16 && MJ_SP90_FP8_ASYNC != 0 && (TUNE & 8) == 0;
-  // f16 tiles, register-window producer: chunks prefetched into L1 this many chunks beyond the
-  // window (0: none).
-  static constexpr int kL1Ahead = kF16 ? MJ_SP90_FP8_L1_AHEAD : 0;
-  // f16 tiles, cp.async producer: the half after the one being issued is prefetched into L1.
-  static constexpr bool kAsyncL1 = MJ_SP90_FP8_ASYNC_L1 != 0;
 
   static constexpr int kCtasPerToken = (NUM_HEADS + 63) / 64;
   static constexpr int kHeadsPerCta = NUM_HEADS / kCtasPerToken;
@@ -494,13 +471,8 @@ struct Fp8Producer {
     constexpr int h = Plan::half_of(J), k = Plan::row_of(J), tile = Plan::tile_of(J), slot = J % kWindow;
     const u32 row = rows[Plan::stage(h)][k];
     if (row != kNoRow) {
-      if constexpr (C::kL1Ahead > 0) {
-        sm90::ldg128_policy_l1<64 * tile>(kv + static_cast<u64>(row) * kQkDim, policy, raw[slot][0], raw[slot][1],
-                                          raw[slot][2], raw[slot][3]);
-      } else {
-        sm90::ldg128_policy<64 * tile>(kv + static_cast<u64>(row) * kQkDim, policy, raw[slot][0], raw[slot][1],
-                                       raw[slot][2], raw[slot][3]);
-      }
+      sm90::ldg128_policy<64 * tile>(kv + static_cast<u64>(row) * kQkDim, policy, raw[slot][0], raw[slot][1],
+                                     raw[slot][2], raw[slot][3]);
       if constexpr (Scales::kPerChunk >= 1) {
         const float* rs = scales + static_cast<u64>(row) * C::kScalesPerToken;
         const int u = 4 * tile + cv;
@@ -513,15 +485,6 @@ struct Fp8Producer {
       if constexpr (Scales::kPerChunk >= 1) sc[slot].v[0] = 0.0f;
       if constexpr (Scales::kPerChunk == 2) sc[slot].v[1] = 0.0f;
     }
-  }
-
-  // L1 prefetch of chunk J's 64-byte tile row (one lane of the four that load it; a 64-byte tile
-  // row never straddles a 128-byte line: rows are 576 bytes apart).
-  template <int J>
-  MJ_DEVICE void prefetch_l1(const u32 (&rows)[2][2]) {
-    constexpr int h = Plan::half_of(J), k = Plan::row_of(J), tile = Plan::tile_of(J);
-    const u32 row = rows[Plan::stage(h)][k];
-    if (row != kNoRow && c == (tile & 3)) sm90::prefetch_l1(kv - 16 * c + static_cast<u64>(row) * kQkDim + 64 * tile);
   }
 
   template <int I>
@@ -583,15 +546,6 @@ struct Fp8Producer {
     } else {
       load<I + kWindow - Plan::kChunks>(nxt);
     }
-    if constexpr (C::kL1Ahead > 0) {
-      constexpr int J = I + kWindow + C::kL1Ahead;
-      static_assert(J < 2 * Plan::kChunks, "L1 prefetch reaches past the next step's rows");
-      if constexpr (J < Plan::kChunks) {
-        prefetch_l1<J>(cur);
-      } else {
-        prefetch_l1<J - Plan::kChunks>(nxt);
-      }
-    }
     if constexpr (I == Plan::first_chunk(h) + 2 * Plan::tiles(h) - 1) {
       if constexpr (C::kProducerFence) sm90::fence_proxy_async_smem();
       sm90::mbar_arrive(s.full[st][side]);  // release; the consumers fence after acquiring (wait_full)
@@ -603,14 +557,6 @@ struct Fp8Producer {
   MJ_DEVICE void prefetch() {
     load<I>(cur);
     if constexpr (I + 1 < kWindow) prefetch<I + 1>();
-  }
-  // Step 0's chunks between the window and the L1 prefetch distance (the loop covers the rest).
-  template <int I>
-  MJ_DEVICE void prefetch_l1_start() {
-    if constexpr (I < kWindow + C::kL1Ahead && I < Plan::kChunks) {
-      prefetch_l1<I>(cur);
-      prefetch_l1_start<I + 1>();
-    }
   }
 };
 
@@ -648,7 +594,6 @@ MJ_DEVICE void produce_fp8(const SparsePrefillArgs& a, const Smem& s, i64 token,
   load_step(1);
   p.cv = p.c;
   p.template prefetch<0>();
-  if constexpr (C::kL1Ahead > 0) p.template prefetch_l1_start<Fp8Producer<C>::kWindow>();
   for (int step = 0; step < steps; ++step) {
     resolve(p.nxt);       // step + 1 (slots past topk_len resolve to kNoRow)
     load_step(step + 2);
@@ -660,207 +605,6 @@ MJ_DEVICE void produce_fp8(const SparsePrefillArgs& a, const Smem& s, i64 token,
       for (int k = 0; k < 2; ++k) p.cur[b][k] = p.nxt[b][k];
     }
   }
-}
-
-// ---- producer: fp8 rows (unit / per-row scales) by cp.async, expanded to f16 in place ---------------
-// The register-window producer above keeps at most 128 threads x 9 x 16 B = 18 KB in flight per SM,
-// too little to cover L2 latency at the consumers' rate. Here the rows go straight from global to
-// the stage half being refilled (cp.async, no registers), one half ahead of the expansion, and are
-// widened to f16 once landed.
-// Thread t: group g = t / 4 owns rows g and g + 32 of a block; lane c = t % 4 copies the 16-byte fp8
-// chunk c (dims 16 c .. 16 c + 15) of each 64-dim tile row into the slot that f16 chunk 2 c of that
-// row will occupy (swizzled position (2 c) ^ (row % 8)), and later expands it into f16 chunks 2 c
-// and 2 c + 1. A thread reads back only bytes it copied itself and writes only its own two f16
-// chunks, whose first is the staging slot it just read: cp.async.wait_group orders its own copy
-// before the read, and no other thread's bytes are overwritten, so no barrier between threads is
-// needed. Invalid slots are zero-filled by the copy (f16 zero rows, as the register path writes).
-// Per-row scales are copied the same way (4 bytes, zero-filled) beside the key bias.
-template <class C>
-struct Fp8AsyncProducer {
-  using Plan = Fp8Plan;
-  const SparsePrefillArgs& a;
-  const Smem& s;
-  const unsigned char* kv;  // cache base + this lane's 16-byte column offset
-  u64 policy;
-  int g, c;
-  u32 stage_lo;  // this lane's staging / first f16 chunk offset in a tile row: ((2 c) ^ sw) * 16
-  u32 stage_hi;  // its second f16 chunk: ((2 c + 1) ^ sw) * 16
-  u32 cur[2][2], nxt[2][2];  // [block of the step][k]: row g + 32 k, kNoRow when invalid
-
-  // Copies half H's fp8 bytes of this thread's rows into their staging slots (one commit group);
-  // a stage's first half also publishes the key bias and copies the per-row scales. Called after
-  // the half's empty barrier was acquired.
-  template <int H>
-  MJ_DEVICE void issue(const u32 (&rows)[2][2]) {
-    constexpr int st = Plan::stage(H), t0 = Plan::first_tile(H), nt = Plan::tiles(H);
-    if constexpr (Plan::side(H) == st) {
-      if (c == 0) {
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const u32 row = rows[st][k];
-          const int key = st * 64 + g + 32 * k;
-          s.bias[key] = row != kNoRow ? 0.0f : neg_inf();
-          if constexpr (C::kRowScale) {
-            sm90::cp_async_4_zfill(sm90::smem_addr(s.colscale + key), a.kv_scales + (row != kNoRow ? row : 0u),
-                                   row != kNoRow);
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const u32 row = rows[st][k];
-      const bool valid = row != kNoRow;
-      const unsigned char* src = kv + (valid ? static_cast<u64>(row) * kQkDim : 0);
-      const u32 dst = s.k[st] + static_cast<u32>(g + 32 * k) * 128u + stage_lo;
-#pragma unroll
-      for (int tile = t0; tile < t0 + nt; ++tile) {
-        if constexpr (C::kAsyncL1) {
-          sm90::cp_async_16_zfill_l1(dst + tile * kTileBytes, src + 64 * tile, valid, policy);
-        } else {
-          sm90::cp_async_16_zfill(dst + tile * kTileBytes, src + 64 * tile, valid, policy);
-        }
-      }
-    }
-    sm90::cp_async_commit();
-  }
-
-  // L1 prefetch of half H's rows (lane c takes tiles t0 + c and t0 + c + 4: one prefetch per 64-byte
-  // tile row, which never straddles a 128-byte line), so that its copies hit L1 once issued.
-  template <int H>
-  MJ_DEVICE void prefetch_half(const u32 (&rows)[2][2]) {
-    constexpr int st = Plan::stage(H), t0 = Plan::first_tile(H), nt = Plan::tiles(H);
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const u32 row = rows[st][k];
-      if (row == kNoRow) continue;
-      const unsigned char* base = kv - 16 * c + static_cast<u64>(row) * kQkDim + 64 * (t0 + c);
-      sm90::prefetch_l1(base);
-      if (c + 4 < nt) sm90::prefetch_l1(base + 256);
-    }
-  }
-
-  // Widens half H's landed fp8 chunks of this thread to f16 (exact) and releases the half.
-  template <int H>
-  MJ_DEVICE void expand() {
-    constexpr int st = Plan::stage(H), side = Plan::side(H), t0 = Plan::first_tile(H), nt = Plan::tiles(H);
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const u32 row_base = s.k[st] + static_cast<u32>(g + 32 * k) * 128u;
-      // A row's chunks are read first and written after: the loads' latency overlaps.
-      u32 raw[nt][4];
-#pragma unroll
-      for (int i = 0; i < nt; ++i)
-        sm90::lds128(row_base + (t0 + i) * kTileBytes + stage_lo, raw[i][0], raw[i][1], raw[i][2], raw[i][3]);
-#pragma unroll
-      for (int i = 0; i < nt; ++i) {
-        u32 out[8];
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          out[2 * w] = e4m3x2_to_f16x2(raw[i][w], false);
-          out[2 * w + 1] = e4m3x2_to_f16x2(raw[i][w], true);
-        }
-        const u32 tile_row = row_base + (t0 + i) * kTileBytes;
-        sm90::sts128(tile_row + stage_lo, out[0], out[1], out[2], out[3]);
-        sm90::sts128(tile_row + stage_hi, out[4], out[5], out[6], out[7]);
-      }
-    }
-    sm90::mbar_arrive(s.full[st][side]);  // release; the consumers fence after acquiring (wait_full)
-  }
-
-  // Half H of a step: the next half (H + 1, or half 0 of the next step when `more`) is issued as
-  // soon as its readers released it, so that its copies fly while this one is expanded. If that
-  // release is not there yet, this half is expanded first (its consumers may be the ones that
-  // will release the next half), then the producer waits for the release.
-  template <int H>
-  MJ_DEVICE void half(u32 parity, bool more) {
-    constexpr int N = (H + 1) & 3;
-    const bool has_next = H < 3 || more;
-    const u32 next_parity = H < 3 ? parity : parity ^ 1u;
-    const u32 next_empty = s.empty[Plan::stage(N)][Plan::side(N)];
-    auto issue_next = [&] {
-      if constexpr (H < 3) {
-        issue<N>(cur);
-      } else {
-        issue<N>(nxt);
-      }
-      if constexpr (C::kAsyncL1) {  // and the half after it
-        if constexpr (H < 2) {
-          prefetch_half<N + 1>(cur);
-        } else {
-          prefetch_half<(N + 1) & 3>(nxt);
-        }
-      }
-    };
-    // Every lane tests (and so acquires) itself; the warp takes the early branch only together.
-    const bool early = __all_sync(0xFFFFFFFFu, has_next && sm90::mbar_test_wait(next_empty, next_parity));
-    if (early) {
-      issue_next();
-      sm90::cp_async_wait_group<1>();
-    } else {
-      sm90::cp_async_wait_group<0>();
-    }
-    expand<H>();
-    if (has_next && !early) {
-      sm90::mbar_wait(next_empty, next_parity);
-      issue_next();
-    }
-  }
-};
-
-template <class C>
-MJ_DEVICE void produce_fp8_async(const SparsePrefillArgs& a, const Smem& s, i64 token, int topk_len, int steps) {
-  const int t = static_cast<int>(threadIdx.x) - 256;
-  Fp8AsyncProducer<C> p{a, s};
-  p.g = t >> 2;
-  p.c = t & 3;
-  p.kv = static_cast<const unsigned char*>(a.kv_blocks) + p.c * 16;
-  p.policy = sm90::l2_policy_evict_last();
-  const u32 sw = static_cast<u32>(p.g) & 7u;  // rows g and g + 32 share it
-  p.stage_lo = ((2u * static_cast<u32>(p.c)) ^ sw) << 4;
-  p.stage_hi = ((2u * static_cast<u32>(p.c) + 1u) ^ sw) << 4;
-  const u32* token_indices = a.indices + token * a.indices_stride;
-  // Encoded indices two steps ahead of their use, rows resolved one step ahead (the next step's
-  // first half is issued inside this step), as in produce_fp8.
-  int idx[2][2];
-  auto load_step = [&](int step) {
-#pragma unroll
-    for (int b = 0; b < 2; ++b) {
-#pragma unroll
-      for (int k = 0; k < 2; ++k) idx[b][k] = load_slot(token_indices, (2 * step + b) * kBlockKeys + p.g + 32 * k, topk_len);
-    }
-  };
-  auto resolve = [&](u32 (&rows)[2][2]) {
-#pragma unroll
-    for (int b = 0; b < 2; ++b) {
-#pragma unroll
-      for (int k = 0; k < 2; ++k) rows[b][k] = resolve_index<C>(a, idx[b][k]);
-    }
-  };
-  load_step(0);
-  resolve(p.cur);
-  load_step(1);
-  if (steps > 0) {
-    sm90::mbar_wait(s.empty[0][0], 1u);  // fresh barrier: passes at once
-    p.template issue<0>(p.cur);
-    if constexpr (C::kAsyncL1) p.template prefetch_half<1>(p.cur);
-  }
-  for (int step = 0; step < steps; ++step) {
-    resolve(p.nxt);  // step + 1 (slots past topk_len resolve to kNoRow)
-    load_step(step + 2);
-    const u32 parity = (static_cast<u32>(step) & 1u) ^ 1u;
-    const bool more = step + 1 < steps;
-    p.template half<0>(parity, more);
-    p.template half<1>(parity, more);
-    p.template half<2>(parity, more);
-    p.template half<3>(parity, more);
-#pragma unroll
-    for (int b = 0; b < 2; ++b) {
-#pragma unroll
-      for (int k = 0; k < 2; ++k) p.cur[b][k] = p.nxt[b][k];
-    }
-  }
-  sm90::cp_async_wait_all();
 }
 
 // ---- consumers ----------------------------------------------------------------------------------
@@ -1356,9 +1100,7 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
 
   if (wg == 2) {
     sm90::setmaxnreg_dec<C::kProducerRegs>();
-    if constexpr (C::kAsyncFp8) {
-      produce_fp8_async<C>(args, s, token, topk_len, steps);
-    } else if constexpr (C::kFp8) {
+    if constexpr (C::kFp8) {
       produce_fp8<C>(args, s, token, topk_len, steps);
     } else {
       produce_bf16<C>(args, s, token, topk_len, steps);
