@@ -349,6 +349,10 @@ class TuningIndex {
   std::shared_ptr<const Table> table_;  // immutable once built; copies share it
 };
 
+// The index over <dir>/tuning.json of each cache layer, `dirs` in lookup order: the first layer's
+// record for a (device, problem, bucket) wins. A missing or corrupt file adds nothing (warned).
+TuningIndex load_layered_tuning_index(const std::vector<std::string>& dirs);
+
 // The process-wide index: loaded once (first lookup) from the tuning.json of every cache layer
 // (MLAJIT_CACHE_PATH, else the cache directory); the first layer's record for a problem wins.
 // The best params for `problem` on the calling thread's current device (driver::ensure_context)

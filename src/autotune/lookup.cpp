@@ -60,17 +60,11 @@ std::vector<TuningRecord> load_records(const std::string& path) {
   }
 }
 
-// The index over the tuning.json of each cache layer, `dirs` in lookup order: the first layer's
-// record for a problem wins (the index keeps the last of duplicates, so layers go in backwards).
-// The fleet's records are pulled into the writable layer's file first.
+// The index over the environment's (or one directory's) layers, the fleet's records pulled into
+// the writable layer's file first.
 std::unique_ptr<TuningIndex> load_index(const std::vector<std::string>& dirs, const std::string& writable_dir) {
   if (!writable_dir.empty()) pull_remote_tuning(TuningDb::default_path(writable_dir));  // no-op without MLAJIT_REMOTE_CACHE
-  std::vector<TuningRecord> records;
-  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
-    auto layer = load_records(TuningDb::default_path(*it));
-    records.insert(records.end(), std::make_move_iterator(layer.begin()), std::make_move_iterator(layer.end()));
-  }
-  auto idx = std::make_unique<TuningIndex>(records);
+  auto idx = std::make_unique<TuningIndex>(load_layered_tuning_index(dirs));
   log::debug("tuning database in {} layer(s): {} records for mlajit {}", dirs.size(), idx->size(), kVersion);
   return idx;
 }
@@ -212,6 +206,16 @@ KernelSpec apply_tuning(const KernelSpec& spec, const ShapeBucket& bucket) {
         return KernelSpec{fill_auto_knobs(p, std::get<P>(*t))};
       },
       spec.params);
+}
+
+TuningIndex load_layered_tuning_index(const std::vector<std::string>& dirs) {
+  // The index keeps the last of duplicate records, so the layers go in backwards.
+  std::vector<TuningRecord> records;
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    auto layer = load_records(TuningDb::default_path(*it));
+    records.insert(records.end(), std::make_move_iterator(layer.begin()), std::make_move_iterator(layer.end()));
+  }
+  return TuningIndex(records);
 }
 
 void reload_tuning_index(const std::string& cache_dir) {

@@ -52,8 +52,13 @@ int cache_ls(DiskCache& cache, bool json) {
     std::printf("%-16s %-58s %-8s %10llu  %s%s\n", e.key.substr(0, 16).c_str(), e.name.c_str(), e.arch.c_str(),
                 static_cast<unsigned long long>(e.size), when, e.read_only ? "  (read-only layer)" : "");
   }
-  std::printf("%zu entries, %llu bytes in %s\n", entries.size(), static_cast<unsigned long long>(total),
-              cache.dir().c_str());
+  if (cache.layers().size() == 1)
+    std::printf("%zu entries, %llu bytes in %s\n", entries.size(), static_cast<unsigned long long>(total),
+                cache.dir().c_str());
+  else
+    std::printf("%zu entries, %llu bytes in %zu layers; misses go to %s\n", entries.size(),
+                static_cast<unsigned long long>(total), cache.layers().size(),
+                cache.writable() ? cache.dir().c_str() : "none (every layer is read-only)");
   return 0;
 }
 
