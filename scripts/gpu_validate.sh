@@ -3,7 +3,8 @@
 # default config, the GPU test suite, the Python package's GPU tests, and the benchmarks of every op
 # at the issues' shapes, side by side with anchor libraries when given. Logs go to $OUT (or ./gpu-out).
 # Usage: scripts/gpu_validate.sh BIN_DIR [ANCHOR_DIR]
-#   BIN_DIR     holds mlajit, mlajit_gpu_tests and libmlajit.so (the Python tests load that one)
+#   BIN_DIR     holds mlajit, mlajit_gpu_tests and libmlajit.so (the Python tests load that one), and
+#               _fastcall.abi3.so (target mlajit_fastcall) for the Python package
 #   ANCHOR_DIR  optional: libflashmla_anchor.so / libdeepgemm_anchor.so exposing the C ABIs of
 #               src/ops/sparse_prefill/bench.hpp and src/ops/mla_indexer/bench.hpp (never built here)
 # The sanitizer runs are scripts/gpu_sanitize.sh.
@@ -31,6 +32,14 @@ grep -E "ERROR|FAILED|test cases|assertions|MESSAGE: (launch|disk|cold|remote|me
 
 step "Python package on the GPU (torch custom ops, torch.compile, CUDA graphs, bit-exactness vs the C API)"
 rm -rf /tmp/mlajit-py && mkdir -p /tmp/mlajit-py && cp -r python/mlajit /tmp/mlajit-py/
+# The C extension of the eager launch path: BIN_DIR's (cmake --build build --target mlajit_fastcall),
+# else compiled here; without it the package launches through ctypes (the overhead test says which).
+if [ -f "$B/_fastcall.abi3.so" ]; then
+  cp "$B/_fastcall.abi3.so" /tmp/mlajit-py/mlajit/
+else
+  cc -O2 -shared -fPIC -Iinclude -I"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+    python/src/_fastcall.c -o /tmp/mlajit-py/mlajit/_fastcall.abi3.so || echo "mlajit._fastcall not built: ctypes path"
+fi
 ( cd python/tests && PYTHONPATH=/tmp/mlajit-py MLAJIT_LIBRARY="$(realpath "../../$B/libmlajit.so")" \
     timeout 200 python3 -m pytest -q -rs -s . > "$OUT/python_tests.log" 2>&1; echo "python tests exit $?" )
 grep -E "passed|failed|skipped|overhead|µs|us per" "$OUT/python_tests.log" | tail -12

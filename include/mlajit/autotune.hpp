@@ -274,7 +274,7 @@ struct TuneReport {
   std::string no_gpu_reason;
 
   nlohmann::json to_json() const;
-  // One row per (candidate, device): group,origin,op,name,knobs,device,status,median_ms,...
+  // One row per (candidate, device), one column per knob; untimed rows: empty timings + reason.
   std::string to_csv() const;
 };
 

@@ -5,9 +5,10 @@
 //   -std=c++17 --gpu-architecture=sm_XX[a] -default-device -DNDEBUG [-lineinfo] [--pch]
 // --use_fast_math is never passed: the kernels rely on IEEE division and expf/exp2f accuracy.
 //
-// MLAJIT_DUMP_DIR: every compile writes <name>.cu (includes expanded), <name>.ptx, <name>.cubin and
-// <name>.log there. A failed compile always writes the source and log (to the dump dir, else a
-// private temp folder) and names the path in the Error(Compile) it throws.
+// MLAJIT_DUMP_DIR: every compile writes <base>.cu (includes expanded), <base>.ptx, <base>.cubin and
+// <base>.log there, <base> = dump_base_name() (kernel name, cache key prefix, arch), so variants and
+// targets never overwrite each other. A failed compile always writes the source and log (to the
+// dump dir, else a private temp folder) and names the path in the Error(Compile) it throws.
 #include <string>
 #include <vector>
 
@@ -24,6 +25,13 @@ std::string arch_for_compute_capability(int major, int minor);
 // True when a kernel whose lowest target is `min_arch` can be built for `arch`. Arch-specific
 // targets ("sm_90a") only run on exactly that arch; plain ones on every later one.
 bool arch_satisfies(const std::string& arch, const std::string& min_arch);
+
+// How many hex digits of the cache key a dump's file name carries.
+inline constexpr size_t kDumpKeyChars = 12;
+// "<src.name>-<first kDumpKeyChars of key>-<arch>", e.g.
+// "sparse_index_remap_p64_thr256-3f9c0a1b2c4d-sm_90a": the file name (without extension) of the
+// dumps of one build, `key` being its cache_key().
+std::string dump_base_name(const KernelSource& src, const std::string& arch, const std::string& key);
 
 struct CompileStats {
   double seconds = 0;         // wall time of nvrtcCompileProgram (+ CUBIN fetch)

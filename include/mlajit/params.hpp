@@ -201,7 +201,7 @@ struct KernelSpec {
   void validate() const;
   // "op {sorted params json}": equal specs give equal strings, different specs different strings.
   std::string canonical() const;
-  // Short human-readable name, e.g. "kv_cache_store_fp8_e4m3_h1_d128_p64_g128_ue8m0".
+  // Readable name: params, then "_<tag><value>" per knob set, e.g. "sparse_index_remap_p64_thr256".
   std::string name() const;
   // Structural hash and equality over the op and every params field, built from the same field
   // lists as the JSON; no strings are formed (the runtime's memory-cache hot path uses them).

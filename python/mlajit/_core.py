@@ -28,6 +28,7 @@ class Op:
         self.json = lib.mlajit_op_describe(self.handle).decode()
         d = json.loads(self.json)
         self.op, self.params = d["op"], d["params"]
+        self.workspace_bytes = {}  # mla_indexer: (total_tokens, max_keys_per_seq) -> bytes (ops.py)
 
     def load(self):
         check(lib.mlajit_op_load(self.handle))

@@ -104,3 +104,22 @@ def raise_for(status):
 def check(status):
     if status:
         raise_for(status)
+
+
+# The entry points that need a GPU: what a dry timing run replaces.
+DEVICE_FUNCTIONS = ("mlajit_set_device", "mlajit_kv_cache_store", "mlajit_kv_cache_gather", "mlajit_sparse_index_remap",
+                    "mlajit_mla_indexer", "mlajit_sparse_prefill")
+
+
+def device_function_addresses():
+    """{name: address} of the entry points of DEVICE_FUNCTIONS that `lib` calls now."""
+    return {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in DEVICE_FUNCTIONS}
+
+
+def replace_device_functions(addresses):
+    """The entry points of DEVICE_FUNCTIONS named in `addresses` ({name: address of a C function
+    of the same signature}) call that function instead: for timing the Python side without a GPU
+    and for tests (use _launch.replace_device_functions, which rebinds the C extension too)."""
+    for name, address in addresses.items():
+        f = getattr(lib, name)
+        setattr(lib, name, ctypes.CFUNCTYPE(f.restype, *f.argtypes)(address))

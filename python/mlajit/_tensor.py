@@ -1,8 +1,8 @@
-"""Packs tensors into the C API's mlajit_tensor / mlajit_paged_cache structs.
-
-A call packs all its views into one ctypes buffer with struct.pack_into (one C call per tensor),
-which keeps the host cost per op call to a few microseconds. Accepted tensors: torch.Tensor
-(fast path), any object with __cuda_array_interface__ (v2/v3), or with __dlpack__ (through torch).
+"""The C API's view of a tensor: fields(obj) -> (data, dtype code, ndim, shape[6], strides[6]),
+and Pack, which packs a call's mlajit_tensor / mlajit_paged_cache structs into one ctypes buffer
+(the ctypes launch path, _launch_ctypes.py). The C extension reads torch tensors itself and calls
+fields() for everything else, so both paths accept the same objects with the same errors:
+torch.Tensor, any object with __cuda_array_interface__ (v2/v3), or with __dlpack__ (through torch).
 """
 import ctypes
 import struct

@@ -2,76 +2,85 @@
 torch.compile(fullgraph=True) and replay inside CUDA graphs.
 
 The first argument is the op's canonical spec JSON (Op.json), a constant of the traced graph.
-kv_cache_store mutates the cache (declared); the other ops are functional: they allocate their
-outputs with torch (inside a CUDA graph that memory comes from the graph's pool) and their fake
-implementations give the output shapes from the spec. sparse_prefill returns an empty lse when
-the spec has emit_lse false (an op returns the same types always).
+kv_cache_store mutates the cache (declared in its schema); the other ops are functional: they
+allocate their outputs with torch (inside a CUDA graph that memory comes from the graph's pool) and
+their fake implementations give the output shapes from the spec. sparse_prefill returns an empty
+lse when the spec has emit_lse false (an op returns the same types always).
+
+The ops are defined with torch.library.Library (a schema and one CompositeExplicitAutograd kernel)
+rather than torch.library.custom_op: custom_op wraps every call in Python-level autograd, aliasing
+and version-counter kernels (about 3-4x the dispatch time of this registration, measured with
+scripts/python_overhead.py), which inference kernels do not need. The schemas are the ones
+custom_op inferred (SymInt, mutations as Tensor(a!)), so graphs and auto-functionalization see the
+same ops.
 """
-from typing import Optional, Tuple
-
 import torch
-from torch import Tensor
 
+from ._launch import impl as _launch
 from . import ops as _ops
 from ._core import get_op
 
+_cuda_device = _ops.cuda_device
 
-@torch.library.custom_op("mlajit::kv_cache_store", mutates_args=("blocks", "scales", "dropped"))
-def kv_cache_store(spec: str, x: Tensor, input_row_offsets: Tensor, blocks: Tensor, scales: Optional[Tensor],
-                   lookup_table: Tensor, cache_lengths: Tensor, layer_idx: int, kv_idx: int,
-                   dropped: Optional[Tensor]) -> None:
-    _ops._store(get_op(spec, "kv_cache_store"), x, input_row_offsets, blocks, scales, lookup_table, cache_lengths,
-                layer_idx, kv_idx, dropped, None)
+_SCHEMAS = {
+    "kv_cache_store": "(str spec, Tensor x, Tensor input_row_offsets, Tensor(a3!) blocks, Tensor(a4!)? scales, "
+                      "Tensor lookup_table, Tensor cache_lengths, SymInt layer_idx, SymInt kv_idx, "
+                      "Tensor(a9!)? dropped) -> ()",
+    "kv_cache_gather": "(str spec, Tensor blocks, Tensor? scales, Tensor lookup_table, Tensor? cache_lengths, "
+                       "Tensor batch_ids, Tensor positions, SymInt layer_idx, SymInt kv_idx, Tensor(a9!)? dropped) "
+                       "-> Tensor",
+    "sparse_index_remap": "(str spec, Tensor indices, Tensor input_row_offsets, Tensor lookup_table, "
+                          "SymInt num_blocks) -> Tensor",
+    "mla_indexer": "(str spec, Tensor q, Tensor qs, Tensor input_row_offsets, Tensor k_blocks, Tensor k_scales, "
+                   "Tensor k_lookup_table, Tensor k_cache_lengths, SymInt layer_idx, SymInt max_keys_per_seq) "
+                   "-> Tensor",
+    "sparse_prefill": "(str spec, Tensor q, Tensor kv_blocks, Tensor? kv_scales, Tensor indices, Tensor topk_lengths, "
+                      "SymInt layer_idx, float softmax_scale, Tensor? attn_sink) -> (Tensor, Tensor)",
+}
+
+_library = torch.library.Library("mlajit", "DEF")  # kept alive: the registrations live as long as it
 
 
-@kv_cache_store.register_fake
-def _(spec, x, input_row_offsets, blocks, scales, lookup_table, cache_lengths, layer_idx, kv_idx, dropped):
-    return None
+def _register(name, real, fake):
+    _library.define(name + _SCHEMAS[name], tags=(torch.Tag.pt2_compliant_tag,))
+    _library.impl(name, real, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"mlajit::{name}", fake, lib=_library)
 
 
-@torch.library.custom_op("mlajit::kv_cache_gather", mutates_args=("dropped",))
-def kv_cache_gather(spec: str, blocks: Tensor, scales: Optional[Tensor], lookup_table: Tensor,
-                    cache_lengths: Optional[Tensor], batch_ids: Tensor, positions: Tensor, layer_idx: int,
-                    kv_idx: int, dropped: Optional[Tensor]) -> Tensor:
+# ---- real implementations (any torch tensor reaches them; CPU ones are refused with a message) ---
+
+
+def _store(spec, x, input_row_offsets, blocks, scales, lookup_table, cache_lengths, layer_idx, kv_idx, dropped):
+    _launch.kv_cache_store(get_op(spec, "kv_cache_store").handle, _cuda_device(x), None, x, input_row_offsets, blocks,
+                           scales, lookup_table, cache_lengths, layer_idx, kv_idx, dropped)
+
+
+def _gather(spec, blocks, scales, lookup_table, cache_lengths, batch_ids, positions, layer_idx, kv_idx, dropped):
     op = get_op(spec, "kv_cache_gather")
+    device = _cuda_device(positions)
     y = _ops.gather_output(op, positions)
-    _ops._gather(op, blocks, scales, lookup_table, cache_lengths, batch_ids, positions, layer_idx, kv_idx, y, dropped,
-                 None)
+    _launch.kv_cache_gather(op.handle, device, None, blocks, scales, lookup_table, cache_lengths, batch_ids,
+                            positions, layer_idx, kv_idx, y, dropped)
     return y
 
 
-@kv_cache_gather.register_fake
-def _(spec, blocks, scales, lookup_table, cache_lengths, batch_ids, positions, layer_idx, kv_idx, dropped):
-    return _ops.gather_output(get_op(spec, "kv_cache_gather"), positions)
-
-
-@torch.library.custom_op("mlajit::sparse_index_remap", mutates_args=())
-def sparse_index_remap(spec: str, indices: Tensor, input_row_offsets: Tensor, lookup_table: Tensor,
-                       num_blocks: int) -> Tensor:
+def _remap(spec, indices, input_row_offsets, lookup_table, num_blocks):
+    op = get_op(spec, "sparse_index_remap")
+    device = _cuda_device(indices)
     out = torch.empty_like(indices)
-    _ops._remap(get_op(spec, "sparse_index_remap"), indices, input_row_offsets, lookup_table, num_blocks, out, None)
+    _launch.sparse_index_remap(op.handle, device, None, indices, input_row_offsets, lookup_table, num_blocks, out)
     return out
 
 
-@sparse_index_remap.register_fake
-def _(spec, indices, input_row_offsets, lookup_table, num_blocks):
-    return torch.empty_like(indices)
-
-
-@torch.library.custom_op("mlajit::mla_indexer", mutates_args=())
-def mla_indexer(spec: str, q: Tensor, qs: Tensor, input_row_offsets: Tensor, k_blocks: Tensor, k_scales: Tensor,
-                k_lookup_table: Tensor, k_cache_lengths: Tensor, layer_idx: int, max_keys_per_seq: int) -> Tensor:
+def _indexer(spec, q, qs, input_row_offsets, k_blocks, k_scales, k_lookup_table, k_cache_lengths, layer_idx,
+             max_keys_per_seq):
     op = get_op(spec, "mla_indexer")
+    device = _cuda_device(q)
     out = _ops.indexer_output(op, q)
-    _ops._indexer(op, q, qs, input_row_offsets, k_blocks, k_scales, k_lookup_table, k_cache_lengths, layer_idx,
-                  max_keys_per_seq, out, None, None)
+    _launch.mla_indexer(op.handle, device, None, q, qs, input_row_offsets, k_blocks, k_scales, k_lookup_table,
+                        k_cache_lengths, layer_idx, max_keys_per_seq, out,
+                        _ops.indexer_workspace(op, q, max_keys_per_seq))
     return out
-
-
-@mla_indexer.register_fake
-def _(spec, q, qs, input_row_offsets, k_blocks, k_scales, k_lookup_table, k_cache_lengths, layer_idx,
-      max_keys_per_seq):
-    return _ops.indexer_output(get_op(spec, "mla_indexer"), q)
 
 
 def _prefill_outputs(spec, q):
@@ -79,16 +88,41 @@ def _prefill_outputs(spec, q):
     return out, (lse if lse is not None else q.new_empty((0,), dtype=torch.float32))
 
 
-@torch.library.custom_op("mlajit::sparse_prefill", mutates_args=())
-def sparse_prefill(spec: str, q: Tensor, kv_blocks: Tensor, kv_scales: Optional[Tensor], indices: Tensor,
-                   topk_lengths: Tensor, layer_idx: int, softmax_scale: float,
-                   attn_sink: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+def _prefill(spec, q, kv_blocks, kv_scales, indices, topk_lengths, layer_idx, softmax_scale, attn_sink):
+    op = get_op(spec, "sparse_prefill")
+    device = _cuda_device(q)
     out, lse = _prefill_outputs(spec, q)
-    _ops._prefill(get_op(spec, "sparse_prefill"), q, kv_blocks, kv_scales, indices, topk_lengths, layer_idx,
-                  softmax_scale, attn_sink, out, lse if lse.numel() else None, None)
+    _launch.sparse_prefill(op.handle, device, None, q, kv_blocks, kv_scales, indices, topk_lengths, layer_idx,
+                           softmax_scale, attn_sink, out, lse if lse.numel() else None)
     return out, lse
 
 
-@sparse_prefill.register_fake
-def _(spec, q, kv_blocks, kv_scales, indices, topk_lengths, layer_idx, softmax_scale, attn_sink):
+# ---- fake implementations (shapes and dtypes from the spec) -------------------------------------
+
+
+def _store_fake(spec, x, input_row_offsets, blocks, scales, lookup_table, cache_lengths, layer_idx, kv_idx, dropped):
+    return None
+
+
+def _gather_fake(spec, blocks, scales, lookup_table, cache_lengths, batch_ids, positions, layer_idx, kv_idx, dropped):
+    return _ops.gather_output(get_op(spec, "kv_cache_gather"), positions)
+
+
+def _remap_fake(spec, indices, input_row_offsets, lookup_table, num_blocks):
+    return torch.empty_like(indices)
+
+
+def _indexer_fake(spec, q, qs, input_row_offsets, k_blocks, k_scales, k_lookup_table, k_cache_lengths, layer_idx,
+                  max_keys_per_seq):
+    return _ops.indexer_output(get_op(spec, "mla_indexer"), q)
+
+
+def _prefill_fake(spec, q, kv_blocks, kv_scales, indices, topk_lengths, layer_idx, softmax_scale, attn_sink):
     return _prefill_outputs(spec, q)
+
+
+_register("kv_cache_store", _store, _store_fake)
+_register("kv_cache_gather", _gather, _gather_fake)
+_register("sparse_index_remap", _remap, _remap_fake)
+_register("mla_indexer", _indexer, _indexer_fake)
+_register("sparse_prefill", _prefill, _prefill_fake)

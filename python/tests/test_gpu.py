@@ -3,8 +3,8 @@ bit), a torch.compile(fullgraph=True) store -> indexer -> prefill pipeline, the 
 CUDA graph, the capture-miss error, and the host overhead per call (printed). Skips visibly
 without torch or a GPU."""
 import ctypes
-import json
-import time
+import os
+import sys
 
 import pytest
 
@@ -15,6 +15,7 @@ if not torch.cuda.is_available():
 import mlajit  # noqa: E402
 from mlajit._lib import lib  # noqa: E402
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PAGE, LAYERS, NB = 64, 2, 24
 K_STORE = {"op": "kv_cache_store", "params": {"dtype": "fp8_e4m3", "num_heads": 1, "head_size": 128, "page_size": PAGE,
                                               "is_mla": True, "num_layers": LAYERS, "quantization_granularity": 128,
@@ -248,33 +249,14 @@ def test_a_miss_during_capture_is_a_clear_error():
 
 
 def test_host_overhead_per_call(capsys):
-    """Python op call vs the same launch through the C API with prebuilt structs (printed)."""
-    d = batch(5)
-    logical = torch.zeros(d["T"], 64, dtype=torch.int32, device="cuda")
-    out = torch.empty_like(logical)
-    h = op_handle(REMAP)
-    args = (ct(logical), ct(d["offs"]), ct(d["lut"]), NB, ct(out))
-    raw = lib.mlajit_sparse_index_remap
-    s = stream()
-    py = mlajit.ops.sparse_index_remap
-    n = 3000
-    res = {}
-    for name, fn in [("c_api", lambda: raw(h, *args, s)),
-                     ("python", lambda: py(REMAP, logical, d["offs"], d["lut"], NB, out=out))]:
-        for _ in range(200):
-            fn()
-        torch.cuda.synchronize()
-        best = 1e9
-        for _ in range(5):
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            best = min(best, (time.perf_counter() - t0) / n * 1e6)
-            torch.cuda.synchronize()
-        res[name] = best
+    """Host time per call of the raw C API, mlajit.ops and torch.ops.mlajit in this process
+    (scripts/python_overhead.py; medians, printed)."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import python_overhead
+
+    med, where = python_overhead.measure(calls=2000, rounds=9)
     with capsys.disabled():
-        print(f"\nhost time per sparse_index_remap call: C API via ctypes {res['c_api']:.2f} us, "
-              f"mlajit.ops {res['python']:.2f} us, added {res['python'] - res['c_api']:.2f} us")
-    # The target is <= 5 us added (not met yet: 12.6 us on an H100 host). Absolute times move with
-    # the host's load, so the check is relative: it catches gross regressions (measured ratio ~3.5-4).
-    assert res["python"] < 8 * res["c_api"]
+        print("\n" + python_overhead.report(med, where))
+    # The target is <= 5 us added per mlajit.ops call. Absolute times move with the host's load,
+    # so the check is relative: it catches regressions (the ctypes path measured ~3.9x the C API).
+    assert med["mlajit.ops"] < 2.5 * med["c_api"]

@@ -104,3 +104,31 @@ def test_log_handler_receives_the_library_messages():
         mlajit.set_log_handler(None, level="warn")
     assert lines and all(lv in ("error", "warn", "info", "debug") for lv, _ in lines)
     assert any("sparse_index_remap" in m for _, m in lines), lines
+
+
+@pytest.mark.parametrize("blocked", [["torch"], ["torch", "mlajit._fastcall"]])
+def test_eager_ops_without_torch_take_array_interface_objects(blocked):
+    """Without torch (its import blocked in a fresh interpreter), an op takes objects with
+    __cuda_array_interface__ and the library validates them: the C++ message reaches Python; the
+    same through the ctypes launch path that serves when the C extension was not built."""
+    code = f"import sys\nfor name in {blocked!r}:\n    sys.modules[name] = None  # its import raises ImportError\n"
+    code += r'''
+import mlajit
+from mlajit import _launch
+print("launch path:", _launch.impl.__name__)
+
+class Array:
+    def __init__(self, shape, typestr):
+        self.__cuda_array_interface__ = {"data": (0x10000, False), "shape": shape, "typestr": typestr, "version": 3}
+
+spec = {"op": "sparse_index_remap", "params": {"page_size": 64}}
+try:
+    mlajit.ops.sparse_index_remap(spec, Array((5, 64), "<u4"), Array((3,), "<u4"), Array((2, 4), "<u4"), 24,
+                                  out=Array((5, 64), "<i4"))
+except mlajit.InvalidArgumentError as e:
+    print(e)
+'''
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "indices dtype: got u32, expected i32" in r.stdout, r.stdout + r.stderr
+    expected = "mlajit._launch_ctypes" if "mlajit._fastcall" in blocked else "mlajit._fastcall"
+    assert f"launch path: {expected}" in r.stdout

@@ -58,3 +58,45 @@ def test_cpu_tensors_are_refused_with_a_clear_error():
         mlajit.ops.sparse_prefill(PREFILL, q, torch.zeros(1, 1, 1, 64, 1, 576, dtype=torch.bfloat16),
                                   torch.zeros(1, 64, dtype=torch.uint32), torch.zeros(1, dtype=torch.uint32),
                                   softmax_scale=0.04)
+
+
+def test_compile_fullgraph_traces_the_custom_ops():
+    """torch.compile(fullgraph=True) of store -> indexer -> prefill puts the three torch.ops.mlajit
+    ops in one graph. Run on CPU tensors, the compiled graph reaches the real implementation,
+    which refuses them."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    store = mlajit.Op({"op": "kv_cache_store", "params": {"dtype": "bf16", "num_heads": 1, "head_size": 576,
+                                                          "page_size": 64, "is_mla": True, "num_layers": 2}})
+    indexer, prefill = mlajit.Op(INDEXER), mlajit.Op(PREFILL)
+
+    def pipeline(x, offs, kv, lut, lens, q, qs, kb, ks, qp, lengths):
+        mlajit.ops.kv_cache_store(store, x, offs, kv, lut, lens, layer_idx=1)
+        idx = mlajit.ops.mla_indexer(indexer, q, qs, offs, kb, ks, lut, lens, layer_idx=1, max_keys_per_seq=256)
+        return mlajit.ops.sparse_prefill(prefill, qp, kv, idx, lengths, softmax_scale=0.04, layer_idx=1)
+
+    T, u32 = 5, torch.uint32
+    args = (torch.zeros(T, 1, 576, dtype=torch.bfloat16), torch.zeros(3, dtype=u32),
+            torch.zeros(4, 1, 2, 64, 1, 576, dtype=torch.bfloat16), torch.zeros(2, 2, dtype=u32),
+            torch.zeros(2, dtype=u32), torch.zeros(T, 64, 128, dtype=torch.float8_e4m3fn), torch.zeros(T, 64),
+            torch.zeros(4, 1, 2, 64, 1, 128, dtype=torch.float8_e4m3fn), torch.zeros(4, 1, 2, 64, 1, 1),
+            torch.zeros(T, 128, 576, dtype=torch.bfloat16), torch.zeros(T, dtype=u32))
+    compiled = torch.compile(pipeline, fullgraph=True, backend=backend)
+    with pytest.raises(mlajit.InvalidArgumentError, match="expected a CUDA tensor"):
+        compiled(*args)
+    code = graphs[0].code
+    assert "mlajit.kv_cache_store" in code and "mlajit.mla_indexer" in code and "mlajit.sparse_prefill" in code
+
+
+def test_dynamo_takes_the_torch_ops_path_for_eager_tensors():
+    """Under TorchDynamo the eager-path check is True, so CUDA tensors (which a GPU-less test cannot
+    make) reach torch.ops.mlajit rather than the C extension, which dynamo cannot trace."""
+    def probe(x):
+        return x + (1 if mlajit.ops._is_dynamo_compiling() else 0)
+
+    assert torch.compile(probe, fullgraph=True, backend="eager")(torch.zeros(2)).tolist() == [1.0, 1.0]
+    assert probe(torch.zeros(2)).tolist() == [0.0, 0.0]

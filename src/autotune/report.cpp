@@ -1,5 +1,8 @@
 // The tune report as JSON (`mlajit tune --json`: every candidate's params, compile time, status and
-// timings per device) and as CSV (`--csv F`: one row per candidate and device, for plotting).
+// timings per device) and as CSV (`--csv F`: one row per candidate and device, one column per
+// knob, for plotting; timing cells are empty for candidates that were not timed, `reason` says why).
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -20,6 +23,15 @@ std::string csv_field(const std::string& s) {
   std::string out = "\"";
   for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c == '\n' ? ' ' : c);
   return out + "\"";
+}
+
+// Why a row has no timings when the tuner recorded no reason of its own.
+std::string untimed_reason(const std::string& status) {
+  if (status == "compiled") return "compiled only: no GPU timing in this run";
+  if (status == "not_compiled") return "not compiled";
+  if (status == "db_hit") return "tuned before: the database already held this sweep";
+  if (status == "pending") return "not reached: timing stopped before this candidate";
+  return status;
 }
 
 }  // namespace
@@ -97,20 +109,38 @@ json TuneReport::to_json() const {
 }
 
 std::string TuneReport::to_csv() const {
-  std::string out =
-      "group,origin,op,name,knobs,is_default,compiled,cache_hit,compile_seconds,device,status,median_ms,min_ms,"
-      "max_ms,reps,winner,reason\n";
+  // One column per knob of the ops in the report (first seen first), so that a plot reads a knob
+  // as a number; a cell stays empty where the row's op has no such knob.
+  std::vector<std::string> knob_columns;
+  for (const auto& g : groups)
+    for (const auto& k : knob_names(g.group.default_spec.op()))
+      if (std::find(knob_columns.begin(), knob_columns.end(), k) == knob_columns.end()) knob_columns.push_back(k);
+
+  std::string out = "group,origin,op,name";
+  for (const auto& k : knob_columns) out += "," + csv_field(k);
+  out += ",is_default,compiled,cache_hit,compile_seconds,device,status,median_ms,min_ms,max_ms,reps,winner,reason\n";
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const auto& g = groups[gi];
     for (size_t ci = 0; ci < g.candidates.size(); ++ci) {
       const auto& c = g.candidates[ci];
+      const json knobs = knobs_of(c.spec.params);
+      std::string knob_cells;
+      for (const auto& k : knob_columns) knob_cells += "," + (knobs.contains(k) ? knobs[k].dump() : std::string());
+      // Timings only where the candidate was timed (status ok, or a stored median); every other
+      // row leaves them empty and says why in `reason`.
       auto row = [&](const std::string& device, const std::string& status, const Timing& t, bool winner,
-                     const std::string& reason) {
-        out += fmt::format("{},{},{},{},{},{},{},{},{:.4f},{},{},{:.6f},{:.6f},{:.6f},{},{},{}\n", gi,
-                           csv_field(c.origin), op_name(c.spec.op()), c.spec.name(),
-                           csv_field(knobs_of(c.spec.params).dump()), c.is_default ? 1 : 0, c.compiled ? 1 : 0,
-                           c.cache_hit ? 1 : 0, c.compile_seconds, device, status, t.median_ms, t.min_ms, t.max_ms,
-                           t.reps, winner ? 1 : 0, csv_field(reason));
+                     std::string reason) {
+        const bool timed = status == "ok";
+        const bool stored_median = status == "db_hit" && t.median_ms > 0;
+        if (reason.empty() && !timed) reason = untimed_reason(status);
+        out += fmt::format("{},{},{},{}{},{},{},{},{},{},{},{},{},{},{},{},{}\n", gi, csv_field(c.origin),
+                           op_name(c.spec.op()), csv_field(c.spec.name()), knob_cells, c.is_default ? 1 : 0,
+                           c.compiled ? 1 : 0, c.cache_hit ? 1 : 0,
+                           c.compiled ? fmt::format("{:.4f}", c.compile_seconds) : std::string(), device, status,
+                           timed || stored_median ? fmt::format("{:.6f}", t.median_ms) : std::string(),
+                           timed ? fmt::format("{:.6f}", t.min_ms) : std::string(),
+                           timed ? fmt::format("{:.6f}", t.max_ms) : std::string(),
+                           timed ? std::to_string(t.reps) : std::string(), winner ? 1 : 0, csv_field(reason));
       };
       if (c.devices.empty()) {
         row("", c.compiled ? "compiled" : "not_compiled", {}, false, c.compile_error);

@@ -21,10 +21,14 @@ int cmd_check(const Argv& argv) {
   if (auto dir = args.get("cache-dir")) setenv("MLAJIT_CACHE_DIR", dir->c_str(), 1);
   std::string why;
   if (!driver::available(&why)) {
-    if (args.flag("json")) std::puts(nlohmann::json({{"skipped", true}, {"reason", why}}).dump(2).c_str());
-    else std::printf("check: no GPU (%s): the %zu kernels were built; GPU checks skipped\n", why.c_str(), set.kernels.size());
     // Scripts that must not mistake "nothing checked" for "passed" ask for --require-gpu.
-    return args.flag("require-gpu") ? 4 : 0;
+    const bool required = args.flag("require-gpu");
+    if (args.flag("json"))
+      std::puts(nlohmann::json({{"skipped", true}, {"reason", why}}).dump(2).c_str());
+    else
+      std::printf("check: no GPU (%s): the %zu kernels were built; GPU checks skipped\n", why.c_str(), set.kernels.size());
+    if (required) std::fprintf(stderr, "mlajit check: nothing was checked and --require-gpu was given: failing (exit 4)\n");
+    return required ? 4 : 0;
   }
   nlohmann::json rows = nlohmann::json::array();
   size_t failed = 0;

@@ -79,6 +79,12 @@ const char* command_help(const std::string& cmd) {
   return nullptr;
 }
 
+bool wants_version(const mlajit::cli::Argv& rest) {
+  for (const auto& a : rest)
+    if (a == "--version") return true;
+  return false;
+}
+
 bool wants_help(const mlajit::cli::Argv& rest) {
   for (const auto& a : rest)
     if (a == "--help" || a == "-h") return true;
@@ -101,12 +107,14 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
-  if (!std::strcmp(argv[1], "--version")) {
+  const std::string cmd = argv[1];
+  const Argv rest(argv + 2, argv + argc);
+  // `mlajit --version`, `mlajit version`, and `--version` after any command (as most tools
+  // accept it): the version, nothing else run.
+  if (cmd == "--version" || cmd == "version" || wants_version(rest)) {
     std::puts(MLAJIT_VERSION_STRING);
     return 0;
   }
-  const std::string cmd = argv[1];
-  const Argv rest(argv + 2, argv + argc);
   if (const char* help = command_help(cmd); help && wants_help(rest)) {
     std::fputs(help, stdout);
     return 0;

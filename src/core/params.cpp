@@ -260,7 +260,15 @@ std::string KernelSpec::canonical() const {
   return std::string(op_name(op())) + " " + params_to_json(params).dump();
 }
 
-std::string KernelSpec::name() const { return ops::definition(op()).kernel_name(params); }
+std::string KernelSpec::name() const {
+  const auto& d = ops::definition(op());
+  std::string s = d.kernel_name(params);
+  // Every knob changes the generated code, so every knob the spec sets is in the name (in knob
+  // table order); one left at auto (0) is left out: the generator resolves it from the other params.
+  for (size_t k = 0; k < d.knobs.size(); ++k)
+    if (const int v = ops::knob_at(params, k)) s += fmt::format("_{}{}", d.knobs[k].tag, v);
+  return s;
+}
 
 // ---- structural hash / equality (infra: runtime memory cache) -----------------------------------
 namespace {

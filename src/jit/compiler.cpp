@@ -8,6 +8,7 @@
 #include <chrono>
 #include <fstream>
 
+#include "mlajit/cache.hpp"
 #include "mlajit/config.hpp"
 #include "mlajit/error.hpp"
 #include "mlajit/log.hpp"
@@ -50,6 +51,17 @@ std::string failure_dir() {
   ::mkdir(dir.c_str(), 0700);
   return dir;
 }
+
+}  // namespace
+
+std::string dump_base_name(const KernelSource& src, const std::string& arch, const std::string& key) {
+  // Kernel names are readable, not unique (a generator may name two variants alike, and one
+  // variant is built for several targets): the key prefix and the arch keep every build's files
+  // apart, while a rebuild of the same variant for the same target overwrites its own files.
+  return fmt::format("{}-{}-{}", src.name, key.substr(0, kDumpKeyChars), arch);
+}
+
+namespace {
 
 struct ProgramGuard {
   const nvrtc::Api& api;
@@ -168,9 +180,11 @@ CompiledKernel Compiler::compile(const KernelSource& src, const std::string& arc
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   auto dump = config::dump_dir();
+  // The files of one build are named after its cache key, as `mlajit cache ls` lists it.
+  const auto dump_name = [&] { return dump_base_name(src, arch, cache_key(src, arch, opts, nvrtc_version())); };
   if (run.rc != nvrtc::kSuccess) {
     std::string dir = failure_dir();
-    std::string base = dir + "/" + src.name;
+    std::string base = dir + "/" + dump_name();
     std::string where;
     try {
       write_file(base + ".cu", expand_includes(src.code));
@@ -195,7 +209,7 @@ CompiledKernel Compiler::compile(const KernelSource& src, const std::string& arc
 
   if (dump) {
     // The PTX needs a second, virtual-arch compile; only paid for when dumping.
-    std::string base = *dump + "/" + src.name;
+    std::string base = *dump + "/" + dump_name();
     ::mkdir(dump->c_str(), 0755);
     write_file(base + ".cu", expand_includes(src.code));
     write_file(base + ".cubin", out.cubin);

@@ -23,6 +23,8 @@ namespace mlajit::ops {
 // A tuning knob: an int params field that changes speed, never the result beyond float rounding.
 struct KnobDef {
   const char* name;            // the params field (as in fields())
+  const char* tag;             // its mark in kernel names: "_<tag><value>" (KernelSpec::name());
+                               // lowercase letters, unique within the op (the registry checks)
   bool has_auto;               // 0 means "auto": the tuning database, then `heuristic`
   int heuristic;               // what auto becomes without a tuning record; 0 = the op's launch plan
                                // resolves it (it depends on other params or on the device)
@@ -39,7 +41,9 @@ struct OpDefinition {
   // The tuning bucket of a complete shape (every key present). Must agree with what the op's entry
   // point builds at call time (autotune.hpp bucket_<op>).
   autotune::ShapeBucket (*bucket)(const autotune::Shape& shape);
-  // Short readable kernel name (KernelSpec::name), e.g. "mla_indexer_h64_d128_k2048_p64_causal_logical".
+  // The readable part of a kernel name that the non-knob params make, e.g.
+  // "mla_indexer_h64_d128_k2048_p64_causal_logical". KernelSpec::name() appends every knob the
+  // spec sets ("_bq8_st4"), so variants of one problem never share a name.
   std::string (*kernel_name)(const OpParams& p);
   // The specialized source (codegen.hpp generate() validates and resolves heuristics first).
   KernelSource (*generate)(const KernelSpec& spec);

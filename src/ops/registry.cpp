@@ -52,6 +52,23 @@ void visit_fields(OpParams& p, V& v) {
   std::visit([&](auto& x) { std::decay_t<decltype(x)>::fields(x, v); }, p);
 }
 
+// Kernel names mark knobs as "_<tag><value>": a tag must be letters only (so the value that follows
+// is unambiguous) and unique within its op.
+void check_knob_tags(const OpDefinition& d) {
+  for (size_t k = 0; k < d.knobs.size(); ++k) {
+    const std::string_view tag = d.knobs[k].tag ? d.knobs[k].tag : "";
+    bool letters = !tag.empty();
+    for (char c : tag) letters = letters && c >= 'a' && c <= 'z';
+    if (!letters)
+      throw_error(ErrorKind::Internal, "op registry: knob {} of {} has name tag \"{}\", expected lowercase letters",
+                  d.knobs[k].name, op_name(d.op), tag);
+    for (size_t o = 0; o < k; ++o)
+      if (tag == d.knobs[o].tag)
+        throw_error(ErrorKind::Internal, "op registry: knobs {} and {} of {} share the name tag \"{}\"", d.knobs[o].name,
+                    d.knobs[k].name, op_name(d.op), tag);
+  }
+}
+
 struct Registry {
   const OpDefinition* defs[kNumOps];
   KnobLayout layouts[kNumOps];
@@ -73,6 +90,7 @@ struct Registry {
       OpParams p = default_params(static_cast<Op>(i));
       visit_fields(p, f);
       if (f.pos > 64) throw_error(ErrorKind::Internal, "op registry: {} has {} fields, KnobLayout holds 64", op_name(list[i]->op), f.pos);
+      check_knob_tags(*list[i]);
       for (size_t k = 0; k < list[i]->knobs.size(); ++k)
         if (f.layout.position[k] < 0)
           throw_error(ErrorKind::Internal, "op registry: knob {} of {} is not an int field of its params",

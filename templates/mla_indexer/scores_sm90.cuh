@@ -4,14 +4,16 @@
 // For one query token the scores are a GEMM over heads and keys followed by a reduction over
 // heads: S[h, j] = q[h,:] . k[j,:], score[j] = k_scale[j] * sum_h relu(S[h, j]) * qs[h]. Keys
 // are the M side of the MMA (64 rows, the A operand), query heads of several tokens the N side
-// (the B operand, 256 = tokens_per_warpgroup * H columns), K = 128 = depth. The accumulator
+// (the B operand, 128 = tokens_per_warpgroup * H columns), K = 128 = depth. The accumulator
 // fragment gives each thread 2 key rows and, per token, H/4 head columns, so the head reduction
 // is in-thread FMAs plus two shuffles inside a quad.
 //
-// CTA = 2 consumer warpgroups (each owns kTokPerWg query tokens; both read the same K tile) and
-// one producer warp that gathers 64-key tiles page by page with cp.async into a ring of STAGES
-// swizzled buffers (mbarrier full/empty handshake). Each warpgroup splits its N = 256 into two
-// N = 128 MMAs so that the epilogue of the first half overlaps the second half's MMA.
+// CTA = 4 consumer warpgroups (each owns kTokPerWg query tokens; all four read the same K tile)
+// and one producer warp that gathers 64-key tiles page by page with cp.async into a ring of
+// STAGES swizzled buffers (mbarrier full/empty handshake). A warpgroup runs its N = 128 MMA, waits
+// for it and reduces; while it reduces, the other three warpgroups' MMAs keep the tensor cores
+// busy (the epilogue is ~1/2 of the MMA time, so it needs three MMAs in the shadow, which two
+// warpgroups with N = 256 each could not give: issue 10's note, v2 of the scorer).
 //
 // Grid: x = query blocks of kBlockQ tokens of the chunk, y = splits of the key range
 // (keys_per_split keys each). Tokens of one block that belong to different sequences (ragged
@@ -28,12 +30,23 @@ struct ScoresSm90 {
   static_assert(H == 32 || H == 64 || H == 128, "heads");
   static_assert(STAGES >= 2 && STAGES <= 8, "stages");
   static constexpr int kDepth = 128;                 // bytes per fp8 row (q head or key)
-  static constexpr int kTokPerWg = 256 / H;          // N = 256 per consumer warpgroup
-  static constexpr int kTokPerHalf = 128 / H;        // N = 128 per MMA
-  static constexpr int kBlockQ = 2 * kTokPerWg;      // tokens per CTA
+  static constexpr int kWgs = 4;                     // consumer warpgroups
+  static constexpr int kTokPerWg = 128 / H;          // N = 128 per consumer warpgroup
+  static constexpr int kBlockQ = kWgs * kTokPerWg;   // tokens per CTA
   static constexpr int kTileKeys = 64;               // M of the MMA
-  static constexpr int kConsumerThreads = 256;
-  static constexpr int kThreads = kConsumerThreads + 32;
+  static constexpr int kConsumerThreads = 128 * kWgs;
+  // The producer is a whole warpgroup (ptxas sizes registers by warpgroups anyway: 544 threads
+  // would cap every thread at 96 registers, as 640 do) so that setmaxnreg can move its registers
+  // to the consumers. setmaxnreg moves registers inside the CTA's launch allocation (640 x 96),
+  // it does not take the SM's free ones: 128 x producer + 512 x consumer registers must fit in it,
+  // or the consumers' increase waits forever (it did: 40 / 112 hung). 32 / 112: neither side
+  // spills (ptxas report) with the consumers' 32 weight registers. Only the producer's first warp
+  // works.
+  static constexpr int kThreads = kConsumerThreads + 128;
+  static constexpr int kProducerRegs = 32;
+  static constexpr int kConsumerRegs = 112;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 96 * kThreads,
+                "setmaxnreg budget: the registers of a 640-thread CTA at 96 per thread");
   // Tiles the producer keeps in flight before it signals the oldest one (must be < STAGES).
   static constexpr int kLag = STAGES > 2 ? STAGES - 2 : 1;
 
@@ -122,8 +135,10 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
 
   // Segments: maximal runs of valid slots of one sequence. Every role walks the same list.
   const int warp = tid >> 5, lane = tid & 31;
-  if (warp == C::kConsumerThreads / 32) {
+  if (warp >= C::kConsumerThreads / 32) {
     // ---------------- producer warp: paged gathers of 64-key tiles ----------------
+    sm90::setmaxnreg_dec<C::kProducerRegs>();
+    if (warp != C::kConsumerThreads / 32) return;
     u32 issued = 0, signaled = 0;
     for (int s0 = 0; s0 < C::kBlockQ;) {
       if (!s_valid[s0]) {
@@ -140,18 +155,52 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
         const u32 stage = issued % STAGES;
         mbar_wait(empty_bar + 8 * stage, ((issued / STAGES) & 1u) ^ 1u);
         const u32 kdst = k_s + stage * C::kKTileBytes;
+        // Cache row of tile row r (-1: not visible or not mapped). Tiles start on multiples of 64
+        // keys, so with pages of >= 64 keys a tile lies in one page: one table read per tile and
+        // contiguous rows. The copy loops unroll by 4: fully unrolled they spilled 72 bytes at the
+        // producer's register cap.
+        const int tile_keys = static_cast<int>(kv_hi - kv0 < C::kTileKeys ? kv_hi - kv0 : C::kTileKeys);
+        long long page_row = -1;
+        if constexpr (PAGE_SHIFT >= 6) {
+          page_row = indexer::key_row(a.lookup_table, a.pages_per_seq, a.num_blocks, a.block_row_stride,
+                                      a.layer_row_offset, PAGE_SHIFT, b, kv0);
+        }
+        auto tile_row = [&](int r) -> long long {
+          if (r >= tile_keys) return -1;
+          if constexpr (PAGE_SHIFT >= 6) {
+            return page_row < 0 ? -1 : page_row + r;
+          } else {
+            return indexer::key_row(a.lookup_table, a.pages_per_seq, a.num_blocks, a.block_row_stride,
+                                    a.layer_row_offset, PAGE_SHIFT, b, kv0 + r);
+          }
+        };
+        // Keys: lane = 8 x (row of 4) + 16-byte chunk, so one warp instruction copies 4 whole
+        // 128-byte rows (4 coalesced lines). One row per lane and 8 chunks each, as before, made
+        // every instruction touch 32 lines 16 bytes at a time (v2 -> v3 of the scorer).
+        const int chunk = lane & 7;
+        if constexpr (PAGE_SHIFT >= 6) {
+          const u8* tile_src = a.k_blocks + (page_row < 0 ? 0 : page_row) * C::kDepth + chunk * 16;
+          const bool mapped = page_row >= 0;
+#pragma unroll 4
+          for (int it = 0; it < C::kTileKeys / 4; ++it) {
+            const int r = 4 * it + (lane >> 3);
+            const bool ok = mapped && r < tile_keys;
+            cp_async_16(kdst + r * 128 + ((chunk ^ (r & 7)) << 4), ok ? tile_src + r * C::kDepth : a.k_blocks,
+                        ok ? 16u : 0u);
+          }
+        } else {
+#pragma unroll 4
+          for (int it = 0; it < C::kTileKeys / 4; ++it) {
+            const int r = 4 * it + (lane >> 3);
+            const long long row = tile_row(r);
+            const u8* src = row >= 0 ? a.k_blocks + row * C::kDepth + chunk * 16 : a.k_blocks;
+            cp_async_16(kdst + r * 128 + ((chunk ^ (r & 7)) << 4), src, row >= 0 ? 16u : 0u);
+          }
+        }
 #pragma unroll
         for (int rr = 0; rr < 2; ++rr) {
           const int r = lane + 32 * rr;
-          const long long j = kv0 + r;
-          const long long row = j < kv_hi ? indexer::key_row(a.lookup_table, a.pages_per_seq, a.num_blocks,
-                                                             a.block_row_stride, a.layer_row_offset, PAGE_SHIFT, b, j)
-                                          : -1;
-          const u8* src = row >= 0 ? a.k_blocks + row * C::kDepth : a.k_blocks;
-          const u32 bytes = row >= 0 ? 16u : 0u;
-#pragma unroll
-          for (int c = 0; c < 8; ++c)
-            cp_async_16(kdst + r * 128 + ((c ^ (r & 7)) << 4), src + (row >= 0 ? c * 16 : 0), bytes);
+          const long long row = tile_row(r);
           const float* ssrc = row >= 0 ? a.k_scales + row * a.scale_row_stride : a.k_scales;
           cp_async_4(ks_s + stage * (C::kTileKeys * 4) + r * 4, ssrc, row >= 0 ? 4u : 0u);
         }
@@ -176,25 +225,36 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
   }
 
   // ---------------- consumer warpgroups: MMA + head reduction + stores ----------------
-  // Per tile: issue both N = 128 halves, reduce half 0 while half 1 runs, release the K tile,
-  // reduce half 1 (the other warpgroup's MMAs fill the tensor cores meanwhile). Measured on H200:
-  // a deeper software pipeline across tiles (next tile's half 0 issued before this tile's half 1
-  // is reduced) was 17% slower.
+  // Per tile: issue the N = 128 MMA, wait for it, release the K tile, reduce and store. No software
+  // pipelining inside a warpgroup (a second accumulator set would not fit 112 registers); the
+  // overlap comes from the other three warpgroups.
+  sm90::setmaxnreg_inc<C::kConsumerRegs>();
   const int wg = tid >> 7;
   const int warp_in_wg = warp & 3;
   const int quad = lane & 3;
   const int row_lo = warp_in_wg * 16 + (lane >> 2);  // key rows row_lo and row_lo + 8 of the tile
-  const u32 q_wg = q_s + wg * (C::kTokPerWg * H * 128);
-  const u64 desc_b0 = sw128_kmajor_desc(q_wg);
-  const u64 desc_b1 = sw128_kmajor_desc(q_wg + 128 * 128);
-  float acc0[64], acc1[64];
+  const u64 desc_b = sw128_kmajor_desc(q_s + wg * (C::kTokPerWg * H * 128));
+  float acc[64];
+  // The head weights this thread needs (32 floats for every H: kTokPerWg tokens x H/4 heads) stay
+  // in registers for the CTA's life. Read from shared memory per tile they were 64 KiB of LDS per
+  // 64-key tile, 2/3 of the MMAs' own operand traffic, on the same shared-memory bandwidth.
+  Quad wq[C::kTokPerWg][H / 16];
+#pragma unroll
+  for (int tt = 0; tt < C::kTokPerWg; ++tt) {
+    const Quad* w = reinterpret_cast<const Quad*>(w_sm + (wg * C::kTokPerWg + tt) * C::kWSlot + quad * C::kWQuad);
+#pragma unroll
+    for (int m = 0; m < H / 16; ++m) wq[tt][m] = w[m];
+  }
 
   // A tile of the walk: its segment [s0, s1) of token slots and its first key.
   struct Tile {
     int s0, s1;
     long long kv0, kv_hi;
+    // Keys below this are visible to every token of this warpgroup (0 when one of them is not in
+    // the segment): tiles below it store without per-token checks.
+    long long wg_all_visible;
     u32 stage;
-    float ks_lo, ks_hi;
+    float ks;  // scale of this thread's key row (row_lo or row_lo + 8, by quad parity)
   };
   // Next segment (starting at slot `from`) and its key range in this split; false when none is left.
   auto next_segment = [&](int from, Tile& t) -> bool {
@@ -213,25 +273,36 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
         t.s1 = s1;
         t.kv0 = split_lo;
         t.kv_hi = kv_hi;
+        long long all_vis = kv_hi;
+        for (int tt = 0; tt < C::kTokPerWg; ++tt) {
+          const int slot = wg * C::kTokPerWg + tt;
+          const long long v = slot >= s0 && slot < s1 ? s_visible[slot] : 0;
+          all_vis = v < all_vis ? v : all_vis;
+        }
+        t.wg_all_visible = all_vis;
         return true;
       }
       s0 = s1;
     }
     return false;
   };
-  // Reduces one N = 128 half over heads and stores the scores of its tokens that belong to the
-  // tile's segment.
-  auto epilogue = [&](const float (&acc)[64], int half, const Tile& tl) {
+  // Reduces the warpgroup's N = 128 accumulators over heads and stores the scores of its tokens
+  // that belong to the tile's segment. Lanes of a quad hold the partial sums of key rows row_lo
+  // (lo) and row_lo + 8 (hi); a two-step reduce-scatter leaves lanes 0, 2 with row_lo's total and
+  // lanes 1, 3 with row_lo + 8's, and lanes 0 and 1 store. The per-tile overhead (pointer math,
+  // visibility checks, divergent stores) was ~1/2 of the epilogue's instructions, and the kernel
+  // is issue-bound (v4 -> v5 of the scorer).
+  const int odd = quad & 1;
+  float* const out_wg = a.scores + (block_row0 + wg * C::kTokPerWg) * a.score_row_stride + row_lo + 8 * odd;
+  auto epilogue = [&](const Tile& tl) {
+    float* const out_tile = out_wg + tl.kv0;
+    const bool all_visible = tl.kv0 + C::kTileKeys <= tl.wg_all_visible;
 #pragma unroll
-    for (int tt = 0; tt < C::kTokPerHalf; ++tt) {
-      const int slot = wg * C::kTokPerWg + half * C::kTokPerHalf + tt;
-      const Quad* w = reinterpret_cast<const Quad*>(w_sm + slot * C::kWSlot + quad * C::kWQuad);
-      // One 16-byte load brings the weights of two column pairs. (Measured: more FMA chains,
-      // or 8-byte weight loads, change nothing; the MMA side is the bound.)
+    for (int tt = 0; tt < C::kTokPerWg; ++tt) {
       float lo = 0.0f, hi = 0.0f;
 #pragma unroll
       for (int m = 0; m < H / 16; ++m) {
-        const Quad wv = w[m];
+        const Quad wv = wq[tt][m];
         const int i = tt * (H / 8) + 2 * m;
         lo = fmaf(fmaxf(acc[4 * i + 0], 0.0f), wv.x, lo);
         lo = fmaf(fmaxf(acc[4 * i + 1], 0.0f), wv.y, lo);
@@ -242,21 +313,17 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
         hi = fmaf(fmaxf(acc[4 * i + 6], 0.0f), wv.z, hi);
         hi = fmaf(fmaxf(acc[4 * i + 7], 0.0f), wv.w, hi);
       }
-      lo += __shfl_xor_sync(0xffffffffu, lo, 1);
-      hi += __shfl_xor_sync(0xffffffffu, hi, 1);
-      lo += __shfl_xor_sync(0xffffffffu, lo, 2);
-      hi += __shfl_xor_sync(0xffffffffu, hi, 2);
-      if (slot >= tl.s0 && slot < tl.s1) {
-        // Lanes of a quad hold equal sums; two of them store (which two rotates with tt).
-        const int which = quad - ((2 * tt) & 3);
-        if (which == 0 || which == 1) {
-          const long long j = tl.kv0 + row_lo + 8 * which;
-          if (j < s_visible[slot]) {
-            const float v = which == 0 ? lo * tl.ks_lo : hi * tl.ks_hi;
-            a.scores[(block_row0 + slot) * a.score_row_stride + j] = v;
-          }
-        }
+      // Reduce-scatter over the quad: give away the row the partner keeps, keep the own one.
+      float mine = odd ? hi : lo;
+      mine += __shfl_xor_sync(0xffffffffu, odd ? lo : hi, 1);
+      mine += __shfl_xor_sync(0xffffffffu, mine, 2);
+      bool store = quad < 2;
+      if (!all_visible) {
+        const int slot = wg * C::kTokPerWg + tt;
+        const long long j = tl.kv0 + row_lo + 8 * odd;
+        store = store && slot >= tl.s0 && slot < tl.s1 && j < s_visible[slot];
       }
+      if (store) out_tile[tt * a.score_row_stride] = mine * tl.ks;
     }
   };
 
@@ -266,31 +333,20 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
   while (have) {
     cur.stage = consumed % STAGES;
     mbar_wait(full_bar + 8 * cur.stage, (consumed / STAGES) & 1u);
-    cur.ks_lo = ks_sm[cur.stage * C::kTileKeys + row_lo];
-    cur.ks_hi = ks_sm[cur.stage * C::kTileKeys + row_lo + 8];
+    cur.ks = ks_sm[cur.stage * C::kTileKeys + row_lo + 8 * odd];
     const u64 desc_a = sw128_kmajor_desc(k_s + cur.stage * C::kKTileBytes);
-    fence_operands(acc0);
-    fence_operands(acc1);
+    fence_operands(acc);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k32_e4m3(acc0, desc_a + 2 * kk, desc_b0 + 2 * kk, kk > 0 ? 1u : 0u);
+    for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k32_e4m3(acc, desc_a + 2 * kk, desc_b + 2 * kk, kk > 0 ? 1u : 0u);
     wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_m64n128k32_e4m3(acc1, desc_a + 2 * kk, desc_b1 + 2 * kk, kk > 0 ? 1u : 0u);
-    wgmma_commit();
-    wgmma_wait<1>();
-    fence_operands(acc0);
-    epilogue(acc0, 0, cur);
     wgmma_wait<0>();
-    fence_operands(acc1);
-    // Every consumer thread releases the slot itself (the barrier counts all 256): its own reads
-    // of the tile's scales then precede the producer's overwrite through one release/acquire
-    // pair. The former "__syncwarp, lane 0 arrives" was ordered as well (bar.warp.sync orders
-    // the lanes' reads before lane 0's release), but compute-sanitizer racecheck does not compose
-    // the two and reported every ks_sm slot reuse as a WAR hazard; this form is clean under it at
-    // the same speed (H100: 6.25 vs 6.26 ms scores, H 64, 61440 cached keys).
+    fence_operands(acc);
+    // Every consumer thread releases the slot itself (the barrier counts all of them): its own
+    // reads of the tile's scales then precede the producer's overwrite through one
+    // release/acquire pair (compute-sanitizer racecheck composes nothing else; see v1's note).
     mbar_arrive(empty_bar + 8 * cur.stage);
-    epilogue(acc1, 1, cur);
+    epilogue(cur);
     ++consumed;
     if (cur.kv0 + C::kTileKeys < cur.kv_hi) {
       cur.kv0 += C::kTileKeys;

@@ -1,6 +1,7 @@
 // Autotuning on the GPU: a small kv_cache_store sweep is verified, timed and persisted; the
 // winner is what the run-time lookup returns; a second run is a database hit that times nothing;
-// a candidate whose output is wrong (test hook) is rejected however fast it is.
+// a candidate whose output is wrong (test hook) is rejected however fast it is; an op call logs
+// (MLAJIT_LOG=info) that the record chose its knobs.
 #include "temp_dir.hpp"
 #include <doctest/doctest.h>
 #include <stdlib.h>
@@ -12,7 +13,9 @@
 #include "autotune/test_hooks.hpp"
 #include "mlajit/autotune.hpp"
 #include "mlajit/driver.hpp"
+#include "mlajit/log_sink.hpp"
 #include "mlajit/version.hpp"
+#include "ops/tuning.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -100,6 +103,25 @@ TEST_CASE("kv_cache_store sweep: winner verified, persisted, looked up; rerun is
   REQUIRE(t != nullptr);
   CHECK(std::get<KvCacheStoreParams>(*t).threads == std::get<KvCacheStoreParams>(g.candidates[d.winner].spec.params).threads);
   CHECK(tuned_params(query, bucket_kv_cache_store(1 << 20, 4)) == nullptr);  // another bucket
+
+  // MLAJIT_LOG=info: what an op call runs with, and that the record chose it.
+  {
+    struct Lines {
+      std::vector<std::string> info;
+      static void sink(log::Level l, std::string_view m, void* self) {
+        if (l == log::Level::info) static_cast<Lines*>(self)->info.emplace_back(m);
+      }
+    } lines;
+    const log::Level saved = log::level();
+    log::set_level(log::Level::info);
+    log::set_sink(&Lines::sink, &lines);
+    const int winner_threads = std::get<KvCacheStoreParams>(g.candidates[d.winner].spec.params).threads;
+    for (int i = 0; i < 3; ++i) CHECK(ops::tuned_or_heuristic(query, bucket_kv_cache_store(4000, 3)).threads == winner_threads);
+    log::set_sink(nullptr, nullptr);
+    log::set_level(saved);
+    REQUIRE(lines.info.size() == 1);  // once, not per call
+    CHECK(lines.info[0].find(fmt::format("threads={} (tuned)", winner_threads)) != std::string::npos);
+  }
 
   // Second run: the database already holds this sweep for this device and bucket: nothing timed.
   const TuneReport second = tune(groups, small_options(dir.path.string()));

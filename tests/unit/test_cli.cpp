@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -207,6 +208,39 @@ TEST_CASE("cli: prune and clear") {
   auto c = nlohmann::json::parse(cli("cache clear --json --cache-dir " + cache).out);
   CHECK(cli("cache ls --json --cache-dir " + cache).out.find("\"entries\": []") != std::string::npos);
   (void)c;
+}
+
+TEST_CASE("cli: MLAJIT_DUMP_DIR keeps one file set per kernel variant and arch") {
+  TempDir t("cli_dump");
+  const std::string cfg = write_file(t.path / "k.json", R"({"kernels": [
+      {"op": "sparse_index_remap", "params": {"page_size": 64}, "sweep": {"threads": [128, 256]}}]})");
+  const std::string dump = (t.path / "dump").string();
+  auto build = [&](const std::string& cache) {
+    return cli("build " + cfg + " --arch sm_90a,sm_80 --json --cache-dir " + (t.path / cache).string(),
+               "MLAJIT_DUMP_DIR=" + dump);
+  };
+  Run r = build("cache1");
+  REQUIRE_MESSAGE(r.code == 0, last_stderr());
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["results"].size() == 4);
+  auto listing = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dump)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const auto files = listing();
+  CHECK(files.size() == 4 * 4);  // .cu .ptx .cubin .log for 2 variants x 2 archs
+  for (const auto& res : j["results"]) {
+    // <kernel name>-<cache key prefix>-<arch>, the key as `cache ls` shows it.
+    const std::string base = res["name"].get<std::string>() + "-" + res["key"].get<std::string>().substr(0, 12) + "-" +
+                             res["arch"].get<std::string>();
+    CAPTURE(base);
+    for (const char* ext : {".cu", ".ptx", ".cubin", ".log"}) CHECK(fs::exists(fs::path(dump) / (base + ext)));
+  }
+  // The same variants for the same archs again (a fresh cache, so they compile): same files.
+  REQUIRE(build("cache2").code == 0);
+  CHECK(listing() == files);
 }
 
 TEST_CASE("cli: gen prints deterministic source with the params header") {

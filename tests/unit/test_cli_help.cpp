@@ -48,9 +48,12 @@ TEST_CASE("cli: --help on every command exits 0 with its usage; --version") {
       CHECK(o.text.find("usage") != std::string::npos);
     }
   }
-  Out v = run("--version");
-  CHECK(v.code == 0);
-  CHECK(v.text == std::string(MLAJIT_VERSION_STRING) + "\n");
+  for (const char* args : {"--version", "version", "build --version", "cache ls --version", "tune x.json --version"}) {
+    CAPTURE(args);
+    Out v = run(args);
+    CHECK(v.code == 0);
+    CHECK(v.text == std::string(MLAJIT_VERSION_STRING) + "\n");
+  }
 }
 
 TEST_CASE("cli: build --arch sm_90a,sm_100a compiles every kernel for both targets in one run") {
@@ -81,4 +84,7 @@ TEST_CASE("cli: check --require-gpu fails without a GPU instead of passing") {
   const std::string cache = " --cache-dir " + (t.path / "cache").string();
   CHECK(run("check " + cfg + cache).code == 0);
   CHECK(run("check " + cfg + " --require-gpu" + cache).code == 4);
+  Out j = run("check " + cfg + " --require-gpu --json" + cache);
+  CHECK(j.code == 4);
+  CHECK(nlohmann::json::parse(j.text)["skipped"] == true);  // the report still says why
 }

@@ -7,10 +7,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <unistd.h>
 
+#include "mlajit/cache.hpp"
 #include "mlajit/compiler.hpp"
 #include "mlajit/error.hpp"
 #include "unit/handwritten_kernel.hpp"
@@ -133,12 +135,51 @@ TEST_CASE("MLAJIT_DUMP_DIR receives .cu, .ptx, .cubin and .log") {
   ScopedEnv env("MLAJIT_DUMP_DIR", dir.string());
   auto src = mlajit_test::axpy_source(mlajit_test::axpy_spec(16));
   CompiledKernel k = Compiler::global().compile(src, "sm_90a");
-  CHECK(slurp(dir / (src.name + ".cubin")) == k.cubin);
-  std::string ptx = slurp(dir / (src.name + ".ptx"));
+  const std::string key = cache_key(src, "sm_90a", Compiler::global().options("sm_90a"),
+                                    Compiler::global().nvrtc_version());
+  const std::string base = dump_base_name(src, "sm_90a", key);
+  CHECK(base == src.name + "-" + key.substr(0, kDumpKeyChars) + "-sm_90a");
+  CHECK(slurp(dir / (base + ".cubin")) == k.cubin);
+  std::string ptx = slurp(dir / (base + ".ptx"));
   CHECK(ptx.find(".entry mj_test_axpy") != std::string::npos);
   CHECK(ptx.find("div.rn.f32") != std::string::npos);  // IEEE division, no fast math
-  CHECK(slurp(dir / (src.name + ".cu")).find("mj_test_axpy") != std::string::npos);
-  CHECK(slurp(dir / (src.name + ".log")).find("--gpu-architecture=sm_90a") != std::string::npos);
+  CHECK(slurp(dir / (base + ".cu")).find("mj_test_axpy") != std::string::npos);
+  CHECK(slurp(dir / (base + ".log")).find("--gpu-architecture=sm_90a") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("MLAJIT_DUMP_DIR: variants and archs never overwrite each other, a rebuild overwrites itself") {
+  if (!nvrtc_or_skip()) return;
+  fs::path dir = fs::temp_directory_path() / ("mlajit_dump_variants_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  ScopedEnv env("MLAJIT_DUMP_DIR", dir.string());
+  // Two variants under one kernel name: the name alone would make them share files.
+  auto a = mlajit_test::axpy_source(mlajit_test::axpy_spec(16));
+  auto b = mlajit_test::axpy_source(mlajit_test::axpy_spec(32));
+  b.name = a.name;
+  auto files = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  std::map<std::string, std::string> cubin_of;  // dump base name -> the cubin that build produced
+  for (const auto* src : {&a, &b})
+    for (const char* arch : {"sm_80", "sm_90a"}) {
+      const CompiledKernel k = Compiler::global().compile(*src, arch);
+      const std::string key = cache_key(*src, arch, Compiler::global().options(arch), Compiler::global().nvrtc_version());
+      cubin_of[dump_base_name(*src, arch, key)] = k.cubin;
+    }
+  REQUIRE(cubin_of.size() == 4);  // four distinct base names
+  const auto after_four = files();
+  CHECK(after_four.size() == 4 * 4);  // .cu .ptx .cubin .log each
+  for (const auto& [base, cubin] : cubin_of) {
+    CAPTURE(base);
+    CHECK(slurp(dir / (base + ".cubin")) == cubin);  // nobody overwrote it
+    for (const char* ext : {".cu", ".ptx", ".log"}) CHECK(fs::exists(dir / (base + ext)));
+  }
+  Compiler::global().compile(a, "sm_90a");  // the same variant for the same target again
+  CHECK(files() == after_four);
   fs::remove_all(dir);
 }
 

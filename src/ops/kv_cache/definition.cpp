@@ -45,11 +45,12 @@ std::string cache_name(std::string_view op, const PagedKVCacheParams& c) {
   std::string s = fmt::format("{}_{}_{}_h{}_d{}_p{}", op, c.is_mla ? "mla" : "mha", dtype_name(c.dtype), c.num_heads,
                               c.head_size, c.page_size);
   if (c.quantized()) s += fmt::format("_g{}_{}", c.granularity(), scale_fmt_name(c.scale_fmt));
+  if (c.num_layers != 1) s += fmt::format("_l{}", c.num_layers);  // absent: one layer
   return s;
 }
 
 // threads: every multiple of 32 up to 1024 is legal; auto is 128 (store, gather) / 256 (remap).
-KnobDef threads_knob(int heuristic) { return {"threads", true, heuristic, {64, 128, 256, 512}}; }
+KnobDef threads_knob(int heuristic) { return {"threads", "thr", true, heuristic, {64, 128, 256, 512}}; }
 
 }  // namespace
 
@@ -61,7 +62,10 @@ const OpDefinition& kv_cache_store_definition() {
        {"batch", 8, true, "sequences in the batch"},
        {"context", 1024, false, "tokens already cached per sequence before this step"}},
       [](const autotune::Shape& s) { return autotune::bucket_kv_cache_store(s.at("tokens"), s.at("batch")); },
-      [](const OpParams& p) { return cache_name("kv_cache_store", std::get<KvCacheStoreParams>(p).cache); },
+      [](const OpParams& params) {
+        const auto& p = std::get<KvCacheStoreParams>(params);
+        return fmt::format("{}_from_{}", cache_name("kv_cache_store", p.cache), dtype_name(p.input_dtype));
+      },
       generate_kv_cache,
       autotune::make_kv_workload,
   };
@@ -76,7 +80,10 @@ const OpDefinition& kv_cache_gather_definition() {
        {"batch", 8, false, "sequences the rows are drawn from"},
        {"context", 8192, false, "cached tokens per sequence"}},
       [](const autotune::Shape& s) { return autotune::bucket_kv_cache_gather(s.at("tokens")); },
-      [](const OpParams& p) { return cache_name("kv_cache_gather", std::get<KvCacheGatherParams>(p).cache); },
+      [](const OpParams& params) {
+        const auto& p = std::get<KvCacheGatherParams>(params);
+        return fmt::format("{}_to_{}", cache_name("kv_cache_gather", p.cache), dtype_name(p.output_dtype));
+      },
       generate_kv_cache,
       autotune::make_kv_workload,
   };

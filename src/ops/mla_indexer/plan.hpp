@@ -15,8 +15,8 @@ namespace mlajit::indexer {
 struct Layout {
   int page_shift = 0;
   int stages = 0;             // sm90 K-tile ring depth
-  int sm90_threads = 288;     // 2 consumer warpgroups + 1 producer warp
-  int sm90_block_q = 0;       // query tokens per CTA: 2 warpgroups x (256 / H)
+  int sm90_threads = 640;     // 4 consumer warpgroups + 1 producer warpgroup (one warp works)
+  int sm90_block_q = 0;       // query tokens per CTA: 4 warpgroups x (128 / H)
   int sm90_tile_keys = 64;    // keys per MMA tile (M of the wgmma)
   unsigned sm90_smem_bytes = 0;
   int portable_threads = 256;
@@ -39,9 +39,9 @@ inline Layout layout(const MlaIndexerParams& p) {
   p.validate();
   Layout l;
   while ((1 << l.page_shift) < p.page_size) ++l.page_shift;
-  l.sm90_block_q = 2 * (256 / p.num_heads);
+  l.sm90_block_q = 4 * (128 / p.num_heads);
   MLAJIT_EXPECT(p.block_q == 0 || p.block_q == l.sm90_block_q, "params.block_q", p.block_q,
-                fmt::format("0 or {} (query tokens per CTA for num_heads {}: 2 warpgroups x 256/num_heads)",
+                fmt::format("0 or {} (query tokens per CTA for num_heads {}: 4 warpgroups x 128/num_heads)",
                             l.sm90_block_q, p.num_heads));
   MLAJIT_EXPECT(p.block_kv == 0 || p.block_kv == 64, "params.block_kv", p.block_kv,
                 "0 or 64 (keys per wgmma tile)");

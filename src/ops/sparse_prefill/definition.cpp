@@ -53,7 +53,7 @@ const OpDefinition& sparse_prefill_definition() {
       Op::sparse_prefill,
       // b_topk has no auto value (0 is rejected by validate()). num_stages has one legal depth (2),
       // which auto (0) resolves to: a record or a config may pin it, no sweep tries it.
-      {{"b_topk", false, 0, {64, 128}}, {"num_stages", true, 0, {}}},
+      {{"b_topk", "t", false, 0, {64, 128}}, {"num_stages", "st", true, 0, {}}},
       {{"tokens", 4096, true, "query tokens"},
        {"topk", 2048, true, "selected keys per token (indices_stride = topk rounded up to 128)"},
        {"keys", 32768, false, "keys in the latent cache (s_kv)"}},
@@ -62,10 +62,10 @@ const OpDefinition& sparse_prefill_definition() {
       },
       [](const OpParams& params) {
         const auto& p = std::get<SparsePrefillParams>(params);
-        std::string s = fmt::format("sparse_prefill_{}_h{}_t{}_p{}", dtype_name(p.kv_dtype), p.num_q_heads, p.b_topk,
-                                    p.page_size);
+        std::string s = fmt::format("sparse_prefill_{}_h{}_p{}", dtype_name(p.kv_dtype), p.num_q_heads, p.page_size);
         if (p.kv_dtype == DType::fp8_e4m3) s += fmt::format("_sb{}", p.scale_block_size);
         if (p.attn_sink) s += "_sink";
+        if (!p.emit_lse) s += "_nolse";
         return s;
       },
       generate_sparse_prefill,
