@@ -4,7 +4,8 @@
 # report, leak or timeout stops that target and fails the script; the reproducer is left in
 # build-fuzz/run/<target>/artifacts/ -- add it to tests/fuzz/regressions/<target>/ with the fix
 # (the unit suite replays every file there).
-# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (targets: config cache_entry shape)
+# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (targets: config cache_entry shape cache_archive;
+# CI runs the first three, for its time budget: cache_archive is run by hand and replayed by the unit suite)
 #   JOBS=N parallel compile jobs (default nproc); FUZZ_OPT="-O0" optimization (see below)
 set -uo pipefail
 cd "$(dirname "$0")/.."

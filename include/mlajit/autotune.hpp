@@ -197,7 +197,7 @@ struct TestHooks;  // src/autotune/test_hooks.hpp: the test suite's fault inject
 struct TuneOptions {
   std::string arch;              // compile target; "" = each device's own (no GPU: MLAJIT_ARCH)
   std::string fallback_arch;     // used only without a GPU and without arch / MLAJIT_ARCH (the config's)
-  std::string cache_dir;         // cubins and tuning.json; "" = config::cache_dir()
+  std::string cache_dir;         // cubins and tuning.json; "" = the environment's writable cache layer
   unsigned jobs = 0;             // parallel compiles; 0 = all cores
   int reps = 20;                 // timed repetitions per candidate
   int warmup = 3;                // untimed launches before them
@@ -349,7 +349,12 @@ class TuningIndex {
   std::shared_ptr<const Table> table_;  // immutable once built; copies share it
 };
 
-// The process-wide index: loaded once (first lookup) from <config::cache_dir()>/tuning.json.
+// The index over <dir>/tuning.json of each cache layer, `dirs` in lookup order: the first layer's
+// record for a (device, problem, bucket) wins. A missing or corrupt file adds nothing (warned).
+TuningIndex load_layered_tuning_index(const std::vector<std::string>& dirs);
+
+// The process-wide index: loaded once (first lookup) from the tuning.json of every cache layer
+// (MLAJIT_CACHE_PATH, else the cache directory); the first layer's record for a problem wins.
 // The best params for `problem` on the calling thread's current device (driver::ensure_context)
 // and `bucket`, or nullptr (no entry, no database, no driver).
 const OpParams* tuned_params(const OpParams& problem, const ShapeBucket& bucket);
@@ -357,7 +362,8 @@ const OpParams* tuned_params(const OpParams& problem, const ShapeBucket& bucket)
 const OpParams* tuned_params(const OpParams& problem, const ShapeBucket& bucket, int device_ordinal);
 // `spec` with its auto knobs filled from the database (unchanged when there is no entry).
 KernelSpec apply_tuning(const KernelSpec& spec, const ShapeBucket& bucket);
-// Re-reads the database (after a tune in this process, or to pick up another process's tune).
+// Re-reads the database (after a tune in this process, or to pick up another process's tune);
+// `cache_dir` "": the environment's layers.
 void reload_tuning_index(const std::string& cache_dir = "");
 
 // While alive, lookups on the constructing thread find nothing. The tuner's timing threads hold

@@ -95,6 +95,38 @@ const char* mlajit_op_describe(mlajit_op op);
  * cache_hit (optional) tells whether it was already there. */
 mlajit_status mlajit_precompile(const char* spec_json, const char* arch, int* cache_hit);
 
+/* A runtime of its own: a memory cache and a disk cache chosen by the host rather than by the
+ * environment (which the process-wide runtime of the functions above reads at its first use).
+ * Ops made with mlajit_op_create_in compile, load and launch through it; everything else
+ * (remote cache, tuning records, log, device) is process-wide as before. */
+typedef struct mlajit_runtime_s* mlajit_runtime;
+
+typedef struct mlajit_runtime_options {
+  /* sizeof(mlajit_runtime_options): fields added later are read only when the caller's struct has
+   * them, so a host built against this header keeps working with later libraries. */
+  size_t struct_size;
+  /* Cache directories, ':'-separated, in lookup order (MLAJIT_CACHE_PATH's syntax and rules: the
+   * first one you can write takes misses, the others are read-only). NULL: the environment's. */
+  const char* cache_path;
+  /* Nonzero: no disk cache (every first use compiles); cache_path is then ignored. */
+  int disable_disk_cache;
+  /* LRU cap of the writable layer in bytes; 0: MLAJIT_CACHE_MAX_BYTES, else none. */
+  uint64_t cache_max_bytes;
+} mlajit_runtime_options;
+
+/* options NULL: all defaults. Opens and checks the cache directories now: an unsafe directory is
+ * MLAJIT_ERROR_CACHE here, not at the first launch. */
+mlajit_status mlajit_runtime_create_with_options(const mlajit_runtime_options* options, mlajit_runtime* out);
+/* Ops made in the runtime keep what they need alive; they may outlive this handle. */
+void mlajit_runtime_destroy(mlajit_runtime rt);
+/* The directory misses are written to ("" when the runtime has none: disk cache disabled or
+ * every layer read-only). Lives as long as the runtime handle. */
+const char* mlajit_runtime_cache_dir(mlajit_runtime rt);
+/* mlajit_op_create for an op whose kernels come from `rt` (NULL rt: the process-wide runtime). */
+mlajit_status mlajit_op_create_in(mlajit_runtime rt, const char* spec_json, mlajit_op* out);
+/* mlajit_precompile into the runtime's disk cache (MLAJIT_ERROR_CACHE when it has none). */
+mlajit_status mlajit_runtime_precompile(mlajit_runtime rt, const char* spec_json, const char* arch, int* cache_hit);
+
 mlajit_status mlajit_kv_cache_store(mlajit_op op, const mlajit_tensor* x, const mlajit_tensor* input_row_offsets,
                                     const mlajit_paged_cache* cache, int layer_idx, int kv_idx,
                                     const mlajit_tensor* dropped, void* stream);

@@ -23,6 +23,16 @@
 // refused with Error(Cache): loading a cubin runs its code on the GPU. Each entry file is held to
 // the same rule when it is read: one that is not a regular file (a symlink), is owned by another
 // user or is writable by group/others is treated as corrupt (logged, removed, recompiled).
+//
+// Layers (MLAJIT_CACHE_PATH=/opt/mlajit/cache:~/.cache/mlajit): a cache is a search path of
+// directories, looked up in order. The first one the caller can write (owned by the caller with
+// the owner's write bit set; a missing one is created) takes every put, eviction, prune and clear;
+// the others are read-only. A read-only layer may also belong to root (an image built as root and
+// served by a non-root user); its entry files may be owned by the caller or root. Every other rule
+// holds for every layer: a directory writable by group/others, or owned by a user who is neither
+// the caller nor root, is refused; entries are checked as above. A bad entry in a read-only layer
+// is logged and skipped (never removed, never loaded) and the lookup goes on to the next layer.
+// Nothing is ever written into a read-only layer (not even an LRU touch or a lock file).
 // A per-key lock file (<key>.lock, flock) only keeps concurrent processes from compiling the same
 // kernel twice; correctness never depends on it (a lock that is not released in time is ignored).
 // A lock is removed with its entry (bad entry, eviction, verify --fix, prune) unless a process
@@ -68,8 +78,30 @@ struct CacheEntry {
   std::string cubin;
 };
 
+// One directory of a cache's search path.
+struct CacheLayer {
+  std::string dir;
+  bool writable = false;  // the layer that takes misses (at most one per cache)
+  bool exists = true;     // false only from resolve_cache_layers(..., create = false)
+  uint32_t owner_uid = 0;
+};
+
+// Checks each directory of a search path in order (layout above) and returns the usable layers.
+// Throws Error(Cache) for a directory writable by group/others, owned by a user who is neither the
+// caller nor root, or not a directory. A missing directory becomes the writable layer when none
+// was found before it (created 0700 when `create`, else returned with exists = false); other
+// missing directories, and one that cannot be created, are skipped (logged). Throws Error(Cache)
+// when no layer is left.
+std::vector<CacheLayer> resolve_cache_layers(const std::vector<std::string>& dirs, bool create);
+// The environment's layers (config::cache_path()) without creating anything, and the directory
+// among them that takes writes (tuning results as well as cubins); nullopt when all are read-only.
+std::vector<CacheLayer> cache_layers_from_env();
+std::optional<std::string> writable_cache_dir_from_env();
+
 struct CacheListing {
   std::string key, name, arch, path;
+  std::string layer;       // the directory it is in
+  bool read_only = false;  // it is in a read-only layer
   uint64_t size = 0;   // file size in bytes
   int64_t mtime = 0;   // unix seconds; refreshed on every hit (LRU order)
 };
@@ -77,6 +109,7 @@ struct CacheListing {
 struct CorruptEntry {
   std::string path;
   std::string reason;
+  bool read_only = false;  // in a read-only layer: reported, never removed
 };
 
 struct VerifyReport {
@@ -93,17 +126,24 @@ struct PruneReport {
 
 class DiskCache {
  public:
-  // Opens (creating it 0700 if missing, parents included) and checks `dir`. max_bytes: LRU cap
-  // enforced after every put (nullopt: none). Throws Error(Cache) for an unsafe or unusable dir.
+  // Opens (creating it 0700 if missing, parents included) and checks `dir`: a one-layer cache,
+  // read-only when the caller cannot write it (see Layers above). max_bytes: LRU cap enforced
+  // after every put (nullopt: none). Throws Error(Cache) for an unsafe or unusable dir.
   explicit DiskCache(std::string dir, std::optional<uint64_t> max_bytes = std::nullopt);
-  // The cache the environment describes (MLAJIT_CACHE_DIR / XDG_CACHE_HOME / HOME,
-  // MLAJIT_CACHE_MAX_BYTES), or nullptr when MLAJIT_DISABLE_DISK_CACHE is set.
+  // A cache over a search path (resolve_cache_layers(dirs, create = true)).
+  explicit DiskCache(const std::vector<std::string>& dirs, std::optional<uint64_t> max_bytes = std::nullopt);
+  // The cache the environment describes (MLAJIT_CACHE_PATH, else MLAJIT_CACHE_DIR /
+  // XDG_CACHE_HOME / HOME; MLAJIT_CACHE_MAX_BYTES), or nullptr when MLAJIT_DISABLE_DISK_CACHE is set.
   static std::unique_ptr<DiskCache> from_env();
   // The process-wide from_env() cache, created on first use (nullptr when disabled). Throws the
   // Error(Cache) of an unsafe directory on every call.
   static DiskCache* default_cache();
 
+  // The writable layer's directory (the first layer's when every layer is read-only).
   const std::string& dir() const { return dir_; }
+  const std::vector<CacheLayer>& layers() const { return layers_; }
+  // False when every layer is read-only: put() throws Error(Cache), prune and clear remove nothing.
+  bool writable() const { return writable_ >= 0; }
   std::optional<uint64_t> max_bytes() const { return max_bytes_; }
   std::string path_of(const std::string& key) const;
 
@@ -117,15 +157,18 @@ class DiskCache {
   // NVRTC is unavailable and the full key cannot be computed).
   std::optional<CacheEntry> find_by_base_key(const std::string& base_key);
 
-  std::vector<CacheListing> list() const;  // oldest first
-  // Reads and checks every entry; bad ones are removed when remove_corrupt.
+  std::vector<CacheListing> list() const;  // layer by layer in search order, oldest first in each
+  // Reads and checks every entry of every layer; bad ones in the writable layer are removed when
+  // remove_corrupt (those of read-only layers are only reported).
   VerifyReport verify(bool remove_corrupt = false);
-  // Removes least-recently-used entries until the total is <= max_bytes.
+  // Removes least-recently-used entries of the writable layer until its total is <= max_bytes.
   PruneReport prune(uint64_t max_bytes);
-  // Removes every entry, lock and leftover temp file; returns the number of entries removed.
+  // Removes every entry, lock and leftover temp file of the writable layer; returns the number of
+  // entries removed.
   size_t clear();
 
-  // Holds <key>.lock (flock) for its lifetime; waits at most `timeout_s`, then proceeds unlocked.
+  // Holds <key>.lock (flock) in the writable layer for its lifetime; waits at most `timeout_s`,
+  // then proceeds unlocked (at once when the cache has no writable layer).
   class KeyLock {
    public:
     KeyLock(const DiskCache& cache, const std::string& key, double timeout_s = 300);
@@ -139,8 +182,11 @@ class DiskCache {
   };
 
  private:
+  std::vector<CacheLayer> layers_;
+  int writable_ = -1;  // index of the writable layer in layers_, -1: none
   std::string dir_;
   std::optional<uint64_t> max_bytes_;
+  std::vector<CacheListing> list_layer(const CacheLayer& layer) const;  // oldest first
   void evict_over_cap(const std::string& keep_key);
 };
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace mlajit::config {
 
@@ -16,6 +17,10 @@ bool env_flag(const char* name);
 
 // MLAJIT_CACHE_DIR, else $XDG_CACHE_HOME/mlajit, else $HOME/.cache/mlajit.
 std::string cache_dir();
+// The cache's search path, in lookup order: MLAJIT_CACHE_PATH split at ':' (empty items
+// skipped), else { cache_dir() }. Setting both MLAJIT_CACHE_PATH and MLAJIT_CACHE_DIR is an
+// Error(InvalidArgument): which one wins would be a guess.
+std::vector<std::string> cache_path();
 // MLAJIT_DISABLE_DISK_CACHE.
 bool disk_cache_disabled();
 // MLAJIT_CACHE_MAX_BYTES: a byte count with optional K/M/G suffix (powers of 1024); unset = no cap.

@@ -56,9 +56,23 @@ struct CompileStats;  // see compiler.hpp
 
 class Runtime {
  public:
-  // The process-wide runtime: mlajit::generate, the environment's disk cache (unless
-  // MLAJIT_DISABLE_DISK_CACHE). Never destroyed (modules stay loaded until process exit).
+  // The runtime the ops launch through: the calling thread's scoped one (Runtime::Scope), else
+  // the process-wide runtime: mlajit::generate, the environment's disk cache (unless
+  // MLAJIT_DISABLE_DISK_CACHE), never destroyed (modules stay loaded until process exit).
   static Runtime& global();
+  // While alive, global() on the constructing thread returns `rt` (scopes nest). The C API runs
+  // each call on an op made in an mlajit_runtime inside one, so that its kernels come from that
+  // runtime's memory and disk caches.
+  class Scope {
+   public:
+    explicit Scope(Runtime* rt);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    Runtime* previous_;
+  };
   static std::unique_ptr<Runtime> create(RuntimeOptions options = {});
   virtual ~Runtime() = default;
   // The kernel for `spec` on the current device (primary context of MLAJIT device / current

@@ -8,7 +8,7 @@ The cache directory and every MLAJIT_* environment variable mean what they mean 
 library and the CLI (mlajit.info() shows them).
 """
 from ._lib import (CacheError, CompileError, DriverError, InvalidArgumentError, MlajitError)  # noqa: F401
-from ._core import Op, cache_dir, get_op, info, precompile, set_log_handler, version  # noqa: F401
+from ._core import Op, Runtime, cache_dir, get_op, info, precompile, set_log_handler, version  # noqa: F401
 from . import ops  # noqa: F401
 
 __version__ = version()

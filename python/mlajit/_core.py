@@ -4,7 +4,7 @@ import ctypes
 import json
 import os
 
-from ._lib import InvalidArgumentError, check, lib
+from ._lib import InvalidArgumentError, RuntimeOptions, check, lib
 
 
 class Op:
@@ -16,10 +16,14 @@ class Op:
     explicit.
     """
 
-    def __init__(self, spec):
+    def __init__(self, spec, runtime=None):
         text = spec if isinstance(spec, str) else json.dumps(spec)
         h = ctypes.c_void_p()
-        check(lib.mlajit_op_create(text.encode(), ctypes.byref(h)))
+        if runtime is None:
+            check(lib.mlajit_op_create(text.encode(), ctypes.byref(h)))
+        else:
+            check(lib.mlajit_op_create_in(runtime.handle, text.encode(), ctypes.byref(h)))
+        self.runtime = runtime
         self.handle = h.value
         self.json = lib.mlajit_op_describe(self.handle).decode()
         d = json.loads(self.json)
@@ -40,6 +44,56 @@ class Op:
         h, self.handle = getattr(self, "handle", None), None
         if h and lib is not None:
             lib.mlajit_op_destroy(h)
+
+
+class Runtime:
+    """A runtime with cache directories of its own instead of the environment's (which the
+    process-wide runtime reads once, at its first use):
+
+        rt = mlajit.Runtime(cache_path="/opt/mlajit/cache:/home/me/.cache/mlajit")
+        op = rt.op({"op": "sparse_prefill", "params": {...}})   # pass op to mlajit.ops.*
+        rt.precompile(config, arch="sm_90a")
+
+    cache_path: directories separated by ':' in lookup order (MLAJIT_CACHE_PATH's rules: the first
+    one you can write takes misses, the others are read-only); None: the environment's.
+    disable_disk_cache: compile on every first use. cache_max_bytes: LRU cap of the writable layer.
+    The directories are checked now: an unsafe one raises CacheError here.
+    """
+
+    def __init__(self, cache_path=None, disable_disk_cache=False, cache_max_bytes=0):
+        if cache_path is not None and not isinstance(cache_path, str):
+            cache_path = ":".join(os.fspath(p) for p in cache_path)
+        self._path = None if cache_path is None else cache_path.encode()  # kept alive for the call
+        o = RuntimeOptions(ctypes.sizeof(RuntimeOptions), self._path, int(bool(disable_disk_cache)),
+                           int(cache_max_bytes))
+        h = ctypes.c_void_p()
+        check(lib.mlajit_runtime_create_with_options(ctypes.byref(o), ctypes.byref(h)))
+        self.handle = h.value
+
+    @property
+    def cache_dir(self):
+        """The directory misses are written to, or None (disk cache disabled, every layer read-only)."""
+        return lib.mlajit_runtime_cache_dir(self.handle).decode() or None
+
+    def op(self, spec):
+        """An Op whose kernels are compiled, cached and loaded through this runtime."""
+        return Op(spec, runtime=self)
+
+    def precompile(self, config_or_specs, arch):
+        """precompile() into this runtime's disk cache; arch: "sm_90a", "sm_90a,sm_100a" or a list."""
+        specs, _ = _specs_of(config_or_specs)
+        results = []
+        for a in _archs_of(arch):
+            for s in specs:
+                hit = ctypes.c_int(0)
+                check(lib.mlajit_runtime_precompile(self.handle, json.dumps(s).encode(), a.encode(), ctypes.byref(hit)))
+                results.append({"op": s["op"], "params": s["params"], "arch": a, "cache_hit": bool(hit.value)})
+        return results
+
+    def __del__(self):
+        h, self.handle = getattr(self, "handle", None), None
+        if h and lib is not None:
+            lib.mlajit_runtime_destroy(h)
 
 
 _ops = {}
@@ -111,7 +165,8 @@ def version():
 
 
 def cache_dir():
-    """The disk cache directory (MLAJIT_CACHE_DIR, else $XDG_CACHE_HOME/mlajit or ~/.cache/mlajit)."""
+    """The disk cache directory misses go to (MLAJIT_CACHE_PATH's writable layer, else
+    MLAJIT_CACHE_DIR, else $XDG_CACHE_HOME/mlajit or ~/.cache/mlajit)."""
     i = info()
     if i.get("cache_dir") is None:
         raise InvalidArgumentError(i.get("cache_dir_error", "no cache directory"))
@@ -142,6 +197,11 @@ def _specs_of(config_or_specs):
                                "'kernels'), a spec dict, an Op or a list of them")
 
 
+def _archs_of(arch):
+    """["sm_90a", "sm_100a"] of "sm_90a,sm_100a" or a list."""
+    return [a.strip() for a in (arch.split(",") if isinstance(arch, str) else arch) if a.strip()]
+
+
 def precompile(config_or_specs, arch=None):
     """Compiles every kernel of a config (or specs) into the disk cache for `arch` without a GPU.
 
@@ -156,9 +216,8 @@ def precompile(config_or_specs, arch=None):
         if not devices:
             raise InvalidArgumentError("precompile: arch: got None with no GPU visible, expected e.g. 'sm_90a'")
         arch = devices[0]["arch"]
-    archs = [a.strip() for a in (arch.split(",") if isinstance(arch, str) else arch) if a.strip()]
     results = []
-    for a in archs:
+    for a in _archs_of(arch):
         for s in specs:
             hit = ctypes.c_int(0)
             check(lib.mlajit_precompile(json.dumps(s).encode(), a.encode(), ctypes.byref(hit)))

@@ -39,6 +39,12 @@ class IOError_(MlajitError, OSError):
 _ERRORS = {c.status: c for c in (InvalidArgumentError, CompileError, DriverError, CacheError, IOError_)}
 
 
+class RuntimeOptions(ctypes.Structure):
+    """mlajit_runtime_options of c_api.h."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("cache_path", ctypes.c_char_p),
+                ("disable_disk_cache", ctypes.c_int), ("cache_max_bytes", ctypes.c_uint64)]
+
+
 def _path():
     override = os.environ.get("MLAJIT_LIBRARY")
     if override:
@@ -65,6 +71,11 @@ def _load():
         "mlajit_op_load": (I, [P]),
         "mlajit_op_describe": (S, [P]),
         "mlajit_precompile": (I, [S, S, ctypes.POINTER(I)]),
+        "mlajit_runtime_create_with_options": (I, [ctypes.POINTER(RuntimeOptions), ctypes.POINTER(P)]),
+        "mlajit_runtime_destroy": (None, [P]),
+        "mlajit_runtime_cache_dir": (S, [P]),
+        "mlajit_op_create_in": (I, [P, S, ctypes.POINTER(P)]),
+        "mlajit_runtime_precompile": (I, [P, S, S, ctypes.POINTER(I)]),
         # Tensor arguments are passed as addresses of packed mlajit_tensor / mlajit_paged_cache
         # structs (see _tensor.py), hence plain void pointers.
         "mlajit_kv_cache_store": (I, [P, P, P, P, I, I, P, P]),

@@ -60,6 +60,26 @@ def test_precompile_config_into_the_cache_dir_then_hits():
     assert sum(n.endswith(".mjc") for n in os.listdir(mlajit.cache_dir())) >= 2  # one entry per arch
 
 
+def test_runtime_with_its_own_cache_path(tmp_path):
+    ro, rw, shared = tmp_path / "ro", tmp_path / "rw", tmp_path / "shared"
+    ro.mkdir()
+    ro.chmod(0o555)  # read-only layer: looked up, never written
+    rt = mlajit.Runtime(cache_path=[ro, rw])
+    assert rt.cache_dir == str(rw)
+    op = rt.op(INDEX_REMAP)
+    assert op.runtime is rt and op.params["page_size"] == 64
+    if _nvrtc():
+        assert [x["cache_hit"] for x in rt.precompile(INDEX_REMAP, arch="sm_90a")] == [False]
+        assert [x["cache_hit"] for x in rt.precompile(INDEX_REMAP, arch="sm_90a")] == [True]
+        assert sum(n.endswith(".mjc") for n in os.listdir(rw)) == 1 and os.listdir(ro) == []
+    shared.mkdir()
+    shared.chmod(0o770)
+    with pytest.raises(mlajit.CacheError, match="writable by its group"):
+        mlajit.Runtime(cache_path=str(shared))
+    assert mlajit.Runtime(disable_disk_cache=True).cache_dir is None
+    ro.chmod(0o755)
+
+
 def test_plot_draws_a_report(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib not installed: python -m mlajit.plot untested")
     cand = lambda knobs, ms, default=False: {"knobs": knobs, "is_default": default, "devices": [

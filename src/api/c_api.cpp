@@ -1,12 +1,18 @@
 // The C API: converts C views to mlajit views, errors to status codes + a thread-local message.
 #include "mlajit/c_api.h"
 
+#include <cstddef>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "mlajit/build.hpp"
+#include "mlajit/cache.hpp"
+#include "mlajit/config.hpp"
 #include "mlajit/driver.hpp"
 #include "mlajit/error.hpp"
 #include "mlajit/info.hpp"
@@ -15,9 +21,22 @@
 #include "mlajit/runtime.hpp"
 #include "mlajit/version.hpp"
 
+// A runtime of the host's own (mlajit_runtime_create_with_options). Shared with its ops, so that
+// either may be destroyed first.
+struct RuntimeHolder {
+  std::shared_ptr<mlajit::DiskCache> disk_cache;  // nullptr: disabled
+  std::unique_ptr<mlajit::Runtime> runtime;
+};
+
+struct mlajit_runtime_s {
+  std::shared_ptr<RuntimeHolder> holder;
+  std::string cache_dir;  // mlajit_runtime_cache_dir's string
+};
+
 struct mlajit_op_s {
   mlajit::KernelSpec spec;
   std::string description;
+  std::shared_ptr<RuntimeHolder> runtime;  // nullptr: the process-wide runtime
 };
 
 namespace {
@@ -40,6 +59,14 @@ mlajit_status guarded(F&& f) {
     g_last_error = std::string("internal error: ") + e.what();
     return MLAJIT_ERROR_INTERNAL;
   }
+}
+
+// guarded(f) with the op's runtime as the thread's Runtime::global() (see Runtime::Scope).
+template <typename F>
+mlajit_status guarded_on(mlajit_op op, F&& f) {
+  if (op == nullptr || !op->runtime) return guarded(std::forward<F>(f));
+  mlajit::Runtime::Scope scope(op->runtime->runtime.get());
+  return guarded(std::forward<F>(f));
 }
 
 mlajit::DType dtype_of(int32_t d, const char* what) {
@@ -149,12 +176,15 @@ mlajit_status mlajit_set_device(int ordinal) {
   return guarded([&] { mlajit::driver::set_device(ordinal); });
 }
 
-mlajit_status mlajit_op_create(const char* spec_json, mlajit_op* out) {
+mlajit_status mlajit_op_create(const char* spec_json, mlajit_op* out) { return mlajit_op_create_in(nullptr, spec_json, out); }
+
+mlajit_status mlajit_op_create_in(mlajit_runtime rt, const char* spec_json, mlajit_op* out) {
   return guarded([&] {
     if (out == nullptr) mlajit::throw_invalid("out", "NULL", "a pointer to receive the op");
     auto op = std::make_unique<mlajit_op_s>();
     op->spec = spec_of(spec_json);
     op->description = mlajit::to_json(op->spec).dump();
+    if (rt) op->runtime = rt->holder;
     *out = op.release();
   });
 }
@@ -162,7 +192,7 @@ mlajit_status mlajit_op_create(const char* spec_json, mlajit_op* out) {
 void mlajit_op_destroy(mlajit_op op) { delete op; }
 
 mlajit_status mlajit_op_load(mlajit_op op) {
-  return guarded([&] {
+  return guarded_on(op, [&] {
     if (op == nullptr) mlajit::throw_invalid("op", "NULL", "an op from mlajit_op_create");
     (void)mlajit::Runtime::global().get(op->spec);
   });
@@ -178,10 +208,68 @@ mlajit_status mlajit_precompile(const char* spec_json, const char* arch, int* ca
   });
 }
 
+mlajit_status mlajit_runtime_create_with_options(const mlajit_runtime_options* options, mlajit_runtime* out) {
+  return guarded([&] {
+    if (out == nullptr) mlajit::throw_invalid("out", "NULL", "a pointer to receive the runtime");
+    // Fields past the caller's struct_size keep their defaults (an older host's smaller struct).
+    mlajit_runtime_options o{};
+    if (options) {
+      if (options->struct_size < offsetof(mlajit_runtime_options, cache_path) + sizeof(o.cache_path) ||
+          options->struct_size > sizeof(o))
+        mlajit::throw_invalid("options->struct_size", options->struct_size,
+                              fmt::format("sizeof(mlajit_runtime_options) ({}) of this or an earlier header", sizeof(o)));
+      std::memcpy(&o, options, options->struct_size);
+    }
+    auto holder = std::make_shared<RuntimeHolder>();
+    mlajit::RuntimeOptions ro;
+    if (o.disable_disk_cache) {
+      ro.disk_cache_enabled = false;
+    } else {
+      std::optional<uint64_t> cap = o.cache_max_bytes ? std::optional<uint64_t>(o.cache_max_bytes)
+                                                      : mlajit::config::cache_max_bytes();
+      std::vector<std::string> dirs;
+      if (o.cache_path == nullptr) {
+        dirs = mlajit::config::cache_path();
+      } else {
+        for (const char* p = o.cache_path; *p;) {
+          const char* end = std::strchr(p, ':');
+          std::string dir = end ? std::string(p, end) : std::string(p);
+          if (!dir.empty()) dirs.push_back(dir);
+          p = end ? end + 1 : p + std::strlen(p);
+        }
+        if (dirs.empty())
+          mlajit::throw_invalid("options->cache_path", fmt::format("\"{}\"", o.cache_path), "directories separated by ':'");
+      }
+      holder->disk_cache = std::make_shared<mlajit::DiskCache>(dirs, cap);
+      ro.disk_cache = holder->disk_cache;
+    }
+    holder->runtime = mlajit::Runtime::create(std::move(ro));
+    auto rt = std::make_unique<mlajit_runtime_s>();
+    if (holder->disk_cache && holder->disk_cache->writable()) rt->cache_dir = holder->disk_cache->dir();
+    rt->holder = std::move(holder);
+    *out = rt.release();
+  });
+}
+
+void mlajit_runtime_destroy(mlajit_runtime rt) { delete rt; }
+
+const char* mlajit_runtime_cache_dir(mlajit_runtime rt) { return rt ? rt->cache_dir.c_str() : ""; }
+
+mlajit_status mlajit_runtime_precompile(mlajit_runtime rt, const char* spec_json, const char* arch, int* cache_hit) {
+  return guarded([&] {
+    if (rt == nullptr) mlajit::throw_invalid("rt", "NULL", "a runtime from mlajit_runtime_create_with_options");
+    if (arch == nullptr) mlajit::throw_invalid("arch", "NULL", "an architecture like \"sm_90a\"");
+    if (!rt->holder->disk_cache)
+      throw mlajit::Error(mlajit::ErrorKind::Cache, "mlajit_runtime_precompile: the runtime's disk cache is disabled");
+    auto r = mlajit::build_kernel(spec_of(spec_json), arch, rt->holder->disk_cache.get());
+    if (cache_hit) *cache_hit = r.cache_hit ? 1 : 0;
+  });
+}
+
 mlajit_status mlajit_kv_cache_store(mlajit_op op, const mlajit_tensor* x, const mlajit_tensor* input_row_offsets,
                                     const mlajit_paged_cache* cache, int layer_idx, int kv_idx,
                                     const mlajit_tensor* dropped, void* stream) {
-  return guarded([&] {
+  return guarded_on(op, [&] {
     const auto& p = params_of<mlajit::KvCacheStoreParams>(op, "mlajit_kv_cache_store");
     need(x, "x");
     need(input_row_offsets, "input_row_offsets");
@@ -195,7 +283,7 @@ mlajit_status mlajit_kv_cache_store(mlajit_op op, const mlajit_tensor* x, const 
 mlajit_status mlajit_kv_cache_gather(mlajit_op op, const mlajit_paged_cache* cache, const mlajit_tensor* batch_ids,
                                      const mlajit_tensor* positions, int layer_idx, int kv_idx,
                                      const mlajit_tensor* y, const mlajit_tensor* dropped, void* stream) {
-  return guarded([&] {
+  return guarded_on(op, [&] {
     const auto& p = params_of<mlajit::KvCacheGatherParams>(op, "mlajit_kv_cache_gather");
     need_cache(cache, "cache", p.cache.quantized(), /*table=*/true, /*lengths=*/false);
     need(batch_ids, "batch_ids");
@@ -211,7 +299,7 @@ mlajit_status mlajit_kv_cache_gather(mlajit_op op, const mlajit_paged_cache* cac
 mlajit_status mlajit_sparse_index_remap(mlajit_op op, const mlajit_tensor* indices,
                                         const mlajit_tensor* input_row_offsets, const mlajit_tensor* lookup_table,
                                         int64_t num_blocks, const mlajit_tensor* out, void* stream) {
-  return guarded([&] {
+  return guarded_on(op, [&] {
     const auto& p = params_of<mlajit::SparseIndexRemapParams>(op, "mlajit_sparse_index_remap");
     need(indices, "indices");
     need(input_row_offsets, "input_row_offsets");
@@ -225,7 +313,7 @@ mlajit_status mlajit_sparse_index_remap(mlajit_op op, const mlajit_tensor* indic
 
 mlajit_status mlajit_mla_indexer_workspace_bytes(mlajit_op op, int64_t total_tokens, int64_t max_keys_per_seq,
                                                  size_t* bytes) {
-  return guarded([&] {
+  return guarded_on(op, [&] {
     if (bytes == nullptr) mlajit::throw_invalid("bytes", "NULL", "a pointer to receive the size");
     *bytes = mlajit::ops::mla_indexer_workspace_bytes(
         params_of<mlajit::MlaIndexerParams>(op, "mlajit_mla_indexer_workspace_bytes"), total_tokens,
@@ -237,7 +325,7 @@ mlajit_status mlajit_mla_indexer(mlajit_op op, const mlajit_tensor* q, const mla
                                  const mlajit_tensor* input_row_offsets, const mlajit_paged_cache* k_cache,
                                  int layer_idx, int64_t max_keys_per_seq, const mlajit_tensor* out,
                                  const mlajit_tensor* workspace, void* stream) {
-  return guarded([&] {
+  return guarded_on(op, [&] {
     const auto& p = params_of<mlajit::MlaIndexerParams>(op, "mlajit_mla_indexer");
     need(q, "q");
     need(qs, "qs");
@@ -256,7 +344,7 @@ mlajit_status mlajit_sparse_prefill(mlajit_op op, const mlajit_tensor* q, const 
                                     const mlajit_tensor* indices, const mlajit_tensor* topk_lengths, int layer_idx,
                                     float softmax_scale, const mlajit_tensor* attn_sink, const mlajit_tensor* out,
                                     const mlajit_tensor* lse, void* stream) {
-  return guarded([&] {
+  return guarded_on(op, [&] {
     const auto& p = params_of<mlajit::SparsePrefillParams>(op, "mlajit_sparse_prefill");
     need(q, "q");
     need_cache(kv, "kv", p.kv_dtype == mlajit::DType::fp8_e4m3 && p.scale_block_size > 0, false, false);

@@ -4,11 +4,13 @@
 // table with an atomic pointer swap; old tables stay alive (reloads are rare and small) so that a
 // lookup racing a reload never reads freed memory.
 #include <atomic>
+#include <iterator>
 #include <memory>
 #include <mutex>
 
 #include "autotune/remote_tuning.hpp"
 #include "mlajit/autotune.hpp"
+#include "mlajit/cache.hpp"
 #include "mlajit/config.hpp"
 #include "mlajit/driver.hpp"
 #include "mlajit/error.hpp"
@@ -48,17 +50,39 @@ const TuningIndex* publish(std::unique_ptr<TuningIndex> idx) {
   return p;
 }
 
-std::unique_ptr<TuningIndex> load_index(const std::string& cache_dir) {
-  const std::string path = TuningDb::default_path(cache_dir);
-  pull_remote_tuning(path);  // the fleet's records first (a no-op without MLAJIT_REMOTE_CACHE)
+// The records of one tuning.json (empty, with a warning, when it cannot be used).
+std::vector<TuningRecord> load_records(const std::string& path) {
   try {
-    auto idx = std::make_unique<TuningIndex>(TuningDb(path).load());
-    log::debug("tuning database {}: {} records for mlajit {}", path, idx->size(), kVersion);
-    return idx;
+    return TuningDb(path).load();
   } catch (const Error& e) {
-    log::warn("tuning database {} unusable, ops use their built-in heuristics: {}", path, e.what());
+    log::warn("tuning database {} unusable, ops use their built-in heuristics for its records: {}", path, e.what());
+    return {};
+  }
+}
+
+// The index over the environment's (or one directory's) layers, the fleet's records pulled into
+// the writable layer's file first.
+std::unique_ptr<TuningIndex> load_index(const std::vector<std::string>& dirs, const std::string& writable_dir) {
+  if (!writable_dir.empty()) pull_remote_tuning(TuningDb::default_path(writable_dir));  // no-op without MLAJIT_REMOTE_CACHE
+  auto idx = std::make_unique<TuningIndex>(load_layered_tuning_index(dirs));
+  log::debug("tuning database in {} layer(s): {} records for mlajit {}", dirs.size(), idx->size(), kVersion);
+  return idx;
+}
+
+// The environment's layers (MLAJIT_CACHE_PATH / MLAJIT_CACHE_DIR / ...) as load_index wants them.
+std::unique_ptr<TuningIndex> load_env_index() {
+  std::vector<std::string> dirs;
+  std::string writable;
+  try {
+    for (auto& layer : cache_layers_from_env()) {
+      dirs.push_back(layer.dir);
+      if (layer.writable) writable = layer.dir;
+    }
+  } catch (const Error& e) {
+    log::warn("no usable cache directory, so no tuning database: {}", e.what());
     return std::make_unique<TuningIndex>();
   }
+  return load_index(dirs, writable);
 }
 
 const TuningIndex& current_index() {
@@ -66,14 +90,7 @@ const TuningIndex& current_index() {
   if (const TuningIndex* p = g.index.load(std::memory_order_acquire)) return *p;
   std::lock_guard<std::mutex> lk(g.mu);
   if (const TuningIndex* p = g.index.load(std::memory_order_acquire)) return *p;
-  std::string dir;
-  try {
-    dir = config::cache_dir();
-  } catch (const Error& e) {
-    log::warn("no cache directory, so no tuning database: {}", e.what());
-    return *publish(std::make_unique<TuningIndex>());
-  }
-  return *publish(load_index(dir));
+  return *publish(load_env_index());
 }
 
 }  // namespace
@@ -191,20 +208,20 @@ KernelSpec apply_tuning(const KernelSpec& spec, const ShapeBucket& bucket) {
       spec.params);
 }
 
+TuningIndex load_layered_tuning_index(const std::vector<std::string>& dirs) {
+  // The index keeps the last of duplicate records, so the layers go in backwards.
+  std::vector<TuningRecord> records;
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    auto layer = load_records(TuningDb::default_path(*it));
+    records.insert(records.end(), std::make_move_iterator(layer.begin()), std::make_move_iterator(layer.end()));
+  }
+  return TuningIndex(records);
+}
+
 void reload_tuning_index(const std::string& cache_dir) {
   Global& g = global();
   std::lock_guard<std::mutex> lk(g.mu);
-  std::string dir = cache_dir;
-  if (dir.empty()) {
-    try {
-      dir = config::cache_dir();
-    } catch (const Error& e) {
-      log::warn("no cache directory, so no tuning database: {}", e.what());
-      publish(std::make_unique<TuningIndex>());
-      return;
-    }
-  }
-  publish(load_index(dir));
+  publish(cache_dir.empty() ? load_env_index() : load_index({cache_dir}, cache_dir));
 }
 
 }  // namespace mlajit::autotune

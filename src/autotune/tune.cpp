@@ -149,8 +149,16 @@ TuneReport tune(const std::vector<TuneGroup>& groups, const TuneOptions& opts) {
   MLAJIT_EXPECT(opts.warmup >= 0, "tune warm-up launches", opts.warmup, ">= 0");
   TuneReport rep;
   rep.jobs = opts.jobs ? opts.jobs : default_jobs();
-  const std::string cache_dir = opts.cache_dir.empty() ? config::cache_dir() : opts.cache_dir;
-  rep.db_path = TuningDb::default_path(cache_dir);
+  std::string cache_dir = opts.cache_dir;
+  if (cache_dir.empty()) {
+    // Tuning results go where misses go: the first cache layer the caller can write.
+    auto writable = writable_cache_dir_from_env();
+    if (!writable && opts.persist)
+      throw_error(ErrorKind::Cache, "no writable cache layer to keep tuning results in (MLAJIT_CACHE_PATH: every "
+                                    "directory is read-only); add one of yours or pass a cache directory");
+    cache_dir = writable.value_or(std::string());
+  }
+  if (!cache_dir.empty()) rep.db_path = TuningDb::default_path(cache_dir);
 
   // ---- devices and targets ----
   std::vector<Device> devs;
@@ -377,7 +385,7 @@ TuneReport tune(const std::vector<TuneGroup>& groups, const TuneOptions& opts) {
     try {
       TuningDb(rep.db_path).merge(records);
       rep.db_written = records.size();
-      reload_tuning_index(cache_dir);
+      reload_tuning_index(opts.cache_dir);  // "": every layer of the environment's
       share_tuned_records(records);  // the fleet's copy (a no-op without MLAJIT_REMOTE_CACHE)
     } catch (const Error& e) {
       rep.db_error = e.what();

@@ -1,5 +1,7 @@
 #include "cli/cli_common.hpp"
 
+#include <algorithm>
+
 #include "mlajit/compiler.hpp"
 #include "mlajit/config.hpp"
 #include "mlajit/driver.hpp"
@@ -14,6 +16,21 @@ std::unique_ptr<DiskCache> open_cache(const Args& args) {
   if (!c)
     throw_error(ErrorKind::Cache, "the disk cache is disabled (MLAJIT_DISABLE_DISK_CACHE is set); pass --cache-dir D");
   return c;
+}
+
+std::vector<std::string> resolve_archs(const Args& args, const std::string& config_arch) {
+  auto a = args.get("arch");
+  if (!a || a->find(',') == std::string::npos) return {resolve_arch(args, config_arch)};
+  std::vector<std::string> archs;
+  size_t start = 0;
+  while (start <= a->size()) {
+    size_t end = std::min(a->find(',', start), a->size());
+    std::string one = a->substr(start, end - start);
+    validate_arch(one, "--arch");
+    if (std::find(archs.begin(), archs.end(), one) == archs.end()) archs.push_back(one);
+    start = end + 1;
+  }
+  return archs;
 }
 
 std::string resolve_arch(const Args& args, const std::string& config_arch) {

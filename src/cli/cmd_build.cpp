@@ -26,19 +26,7 @@ int cmd_build(const Argv& argv) {
   args.at_most(1);
   const KernelSet set = load_kernel_set(args.need(0, "CONFIG.json"));
   // --arch sm_90a,sm_100a builds every kernel for each target in one run (one image, many GPUs).
-  std::vector<std::string> archs;
-  if (auto a = args.get("arch"); a && a->find(',') != std::string::npos) {
-    size_t start = 0;
-    while (start <= a->size()) {
-      size_t end = std::min(a->find(',', start), a->size());
-      std::string one = a->substr(start, end - start);
-      validate_arch(one, "--arch");
-      if (std::find(archs.begin(), archs.end(), one) == archs.end()) archs.push_back(one);
-      start = end + 1;
-    }
-  } else {
-    archs.push_back(resolve_arch(args, set.arch));
-  }
+  const std::vector<std::string> archs = resolve_archs(args, set.arch);
   std::string arch = archs[0];
   for (size_t i = 1; i < archs.size(); ++i) arch += "," + archs[i];
   const unsigned jobs = static_cast<unsigned>(args.get_int("jobs", default_jobs(), 1, 1024));

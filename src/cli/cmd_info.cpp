@@ -52,6 +52,11 @@ int cmd_info(const Argv& argv) {
               j["cache_dir"].is_null() ? j["cache_dir_error"].get<std::string>().c_str()
                                        : j["cache_dir"].get<std::string>().c_str(),
               config::disk_cache_disabled() ? " (disabled by MLAJIT_DISABLE_DISK_CACHE)" : "");
+  if (j["cache_layers"].is_array() && j["cache_layers"].size() > 1)
+    for (auto& l : j["cache_layers"])
+      std::printf("  layer:   %s (%s)\n", l["dir"].get<std::string>().c_str(),
+                  l["writable"].get<bool>() ? (l["exists"].get<bool>() ? "writable" : "writable, created on first use")
+                                            : "read-only");
   if (!remote["configured"].get<bool>()) {
     std::printf("remote:    not configured (MLAJIT_REMOTE_CACHE)\n");
   } else if (!remote["enabled"].get<bool>()) {

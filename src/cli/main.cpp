@@ -13,7 +13,7 @@ namespace {
 constexpr const char* kUsage = R"(mlajit )" MLAJIT_VERSION_STRING R"( - run-time specialized sparse-attention kernels (NVRTC JIT)
 
 usage:
-  mlajit build CONFIG.json [--arch A] [--cache-dir D] [--jobs N] [--json]
+  mlajit build CONFIG.json [--arch A[,B...]] [--cache-dir D] [--jobs N] [--json]
                                    compile every kernel of a config into the disk cache (no GPU needed)
   mlajit gen CONFIG.json [--kernel NAME] [--expand]
                                    print the generated source (all kernels, or the one named)
@@ -21,6 +21,8 @@ usage:
   mlajit cache push|pull CONFIG.json [--arch A] [--cache-dir D] [--jobs N] [--json]
                                    upload a config's kernels and the tuning records to the remote cache
                                    (MLAJIT_REMOTE_CACHE), or download and verify them into the disk cache
+  mlajit cache export CONFIG.json -o FILE [--arch A[,B...]] | import FILE [--arch A[,B...]] [--allow-unsigned]
+                                   a config's kernels as one verified (signed with a key) archive, and back
   mlajit check CONFIG.json [--cache-dir D] [--json] [--require-gpu]
                                    run every op of a config once on random data against the CPU reference (GPU)
   mlajit bench OP [--shape ...] [--json]
@@ -31,7 +33,7 @@ usage:
   mlajit --version                 the version; `mlajit CMD --help` describes each command
 
 exit codes: 0 ok, 2 bad usage or config, 3 compile failure, 4 driver or runtime failure
-environment: MLAJIT_CACHE_DIR MLAJIT_CACHE_MAX_BYTES MLAJIT_DISABLE_DISK_CACHE MLAJIT_DUMP_DIR MLAJIT_LOG MLAJIT_ARCH
+environment: MLAJIT_CACHE_DIR MLAJIT_CACHE_PATH MLAJIT_CACHE_MAX_BYTES MLAJIT_DISABLE_DISK_CACHE MLAJIT_DUMP_DIR MLAJIT_LOG MLAJIT_ARCH
              MLAJIT_REMOTE_CACHE MLAJIT_REMOTE_CACHE_KEY_FILE MLAJIT_REMOTE_CACHE_ALLOW_UNSIGNED
              MLAJIT_REMOTE_CACHE_PREFIX MLAJIT_REMOTE_CACHE_TTL MLAJIT_REMOTE_CACHE_CONNECT_TIMEOUT_MS
              MLAJIT_REMOTE_CACHE_TIMEOUT_MS
@@ -43,7 +45,8 @@ const char* command_help(const std::string& cmd) {
     return "usage: mlajit build CONFIG.json [--arch A[,B...]] [--cache-dir D] [--jobs N] [--json]\n"
            "  Compiles every kernel of CONFIG.json into the disk cache with NVRTC; no GPU needed.\n"
            "  --arch       target(s), e.g. sm_90a or sm_90a,sm_100a (default: the config's \"arch\")\n"
-           "  --cache-dir  cache directory (default: MLAJIT_CACHE_DIR, else ~/.cache/mlajit)\n"
+           "  --cache-dir  cache directory (default: MLAJIT_CACHE_PATH's writable layer, else MLAJIT_CACHE_DIR,\n"
+           "               else ~/.cache/mlajit)\n"
            "  --jobs       parallel compiles (default: hardware threads)\n"
            "  --json       one JSON report on stdout\n";
   if (cmd == "gen")
@@ -57,7 +60,15 @@ const char* command_help(const std::string& cmd) {
            "  prune   evict least recently used entries down to --max-bytes (or MLAJIT_CACHE_MAX_BYTES)\n"
            "  clear   remove every entry\n"
            "  push    upload a config's kernels and tuning records to the remote cache (MLAJIT_REMOTE_CACHE)\n"
-           "  pull    download and verify them into the disk cache\n";
+           "  pull    download and verify them into the disk cache\n"
+           "       mlajit cache export CONFIG.json -o FILE [--arch A[,B...]] [--cache-dir D] [--jobs N] [--json]\n"
+           "       mlajit cache import FILE [--arch A[,B...]] [--cache-dir D] [--allow-unsigned] [--json]\n"
+           "  export  build (or take from the cache) a config's kernels for each arch into one archive with a\n"
+           "          manifest and per-entry SHA-256, signed when MLAJIT_REMOTE_CACHE_KEY_FILE names a key\n"
+           "  import  verify the whole archive (signature too, with a key), then write its entries atomically;\n"
+           "          nothing is written when any check fails; --arch skips (and lists) other archs' entries\n"
+           "  With MLAJIT_CACHE_PATH, ls and verify show every layer; misses, prune, clear and import use\n"
+           "  the writable one.\n";
   if (cmd == "check")
     return "usage: mlajit check CONFIG.json [--cache-dir D] [--seed S] [--json] [--require-gpu]\n"
            "  Runs every op of CONFIG.json once on random data and compares with the f64 CPU reference.\n"

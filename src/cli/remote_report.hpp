@@ -13,5 +13,7 @@ nlohmann::json remote_counters_json(const RemoteCache& remote);
 
 // mlajit cache push|pull CONFIG.json [--arch A] [--cache-dir D] [--jobs N] [--json]
 int cache_push_pull(const std::string& sub, const std::vector<std::string>& argv);
+// mlajit cache export|import (cli/cmd_cache_archive.cpp).
+int cache_export_import(const std::string& sub, const std::vector<std::string>& argv);
 
 }  // namespace mlajit::cli

@@ -1,6 +1,7 @@
 // Environment variable parsing (see include/mlajit/config.hpp).
 #include "mlajit/config.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 
@@ -31,6 +32,23 @@ std::string cache_dir() {
   throw Error(ErrorKind::Cache,
               "no cache directory: MLAJIT_CACHE_DIR, XDG_CACHE_HOME and HOME are all unset "
               "(set MLAJIT_CACHE_DIR or MLAJIT_DISABLE_DISK_CACHE=1)");
+}
+
+std::vector<std::string> cache_path() {
+  auto path = env("MLAJIT_CACHE_PATH");
+  if (!path) return {cache_dir()};
+  if (auto dir = env("MLAJIT_CACHE_DIR"))
+    throw_invalid("MLAJIT_CACHE_PATH and MLAJIT_CACHE_DIR", fmt::format("both set (\"{}\" and \"{}\")", *path, *dir),
+                  "one of them: MLAJIT_CACHE_PATH=/ro/layer:/writable/layer lists every directory");
+  std::vector<std::string> dirs;
+  size_t start = 0;
+  while (start <= path->size()) {
+    size_t end = std::min(path->find(':', start), path->size());
+    if (end > start) dirs.push_back(path->substr(start, end - start));
+    start = end + 1;
+  }
+  if (dirs.empty()) throw_invalid("MLAJIT_CACHE_PATH", fmt::format("\"{}\"", *path), "directories separated by ':'");
+  return dirs;
 }
 
 bool disk_cache_disabled() { return env_flag("MLAJIT_DISABLE_DISK_CACHE"); }

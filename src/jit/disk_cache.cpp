@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <iterator>
 #include <mutex>
 #include <thread>
 
@@ -70,32 +71,6 @@ std::vector<std::string> list_names(const std::string& dir) {
   closedir(d);
   std::sort(names.begin(), names.end());
   return names;
-}
-
-// Refuses directories others could plant a cubin in (see cache.hpp).
-void check_dir_safe(const std::string& dir, const struct stat& st) {
-  if (!S_ISDIR(st.st_mode)) throw_error(ErrorKind::Cache, "cache directory {} is not a directory", dir);
-  if (st.st_uid != geteuid())
-    throw_error(ErrorKind::Cache,
-                "refusing cache directory {}: it is owned by uid {}, not by the current user (uid {}); loading a "
-                "cubin runs code on the GPU, so the cache must be writable by you alone. Set MLAJIT_CACHE_DIR to a "
-                "directory of yours",
-                dir, st.st_uid, geteuid());
-  if (st.st_mode & (S_IWGRP | S_IWOTH))
-    throw_error(ErrorKind::Cache,
-                "refusing cache directory {}: it is writable by {} (mode {:04o}); loading a cubin runs code on the "
-                "GPU, so the cache must be writable by you alone. Fix it with `chmod 700 {}`",
-                dir, (st.st_mode & S_IWOTH) ? "other users" : "its group", st.st_mode & 07777, dir);
-}
-
-void make_dirs(const std::string& dir) {
-  // Each missing component is created 0700; existing ones are left as they are.
-  for (size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos != dir.size() && dir[pos] != '/') continue;
-    std::string part = dir.substr(0, pos);
-    if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST)
-      throw_error(ErrorKind::Cache, "cannot create cache directory {}: {}", part, errno_text());
-  }
 }
 
 std::string read_all(int fd, size_t size, const std::string& path) {
@@ -213,7 +188,9 @@ struct ReadResult {
   std::string reason;  // non-empty: unreadable / not ours
 };
 
-ReadResult read_entry_file(const std::string& path, bool touch) {
+// `read_only`: the file is in a read-only layer, where root may own it too (cache.hpp, Layers);
+// it is then never touched.
+ReadResult read_entry_file(const std::string& path, bool read_only, bool touch) {
   ReadResult r;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
@@ -226,12 +203,13 @@ ReadResult read_entry_file(const std::string& path, bool touch) {
   struct stat st;
   if (fstat(fd, &st) != 0) r.reason = fmt::format("cannot stat: {}", errno_text());
   else if (!S_ISREG(st.st_mode)) r.reason = "not a regular file";
-  else if (st.st_uid != geteuid()) r.reason = fmt::format("owned by uid {}, not by the current user", st.st_uid);
+  else if (st.st_uid != geteuid() && !(read_only && st.st_uid == 0))
+    r.reason = fmt::format("owned by uid {}, not by the current user{}", st.st_uid, read_only ? " or root" : "");
   else if (st.st_mode & (S_IWGRP | S_IWOTH)) r.reason = writable_by_others(st);
   else {
     r.data = read_all(fd, static_cast<size_t>(st.st_size), path);
     // The entry was used: refresh atime/mtime so that LRU eviction keeps it.
-    if (touch) ::futimens(fd, nullptr);
+    if (touch && !read_only) ::futimens(fd, nullptr);
   }
   ::close(fd);
   return r;
@@ -331,24 +309,22 @@ std::optional<CacheEntry> decode_cache_entry(const std::string& data, const std:
 
 // ---- DiskCache ----------------------------------------------------------------------------------
 
-DiskCache::DiskCache(std::string dir, std::optional<uint64_t> max_bytes) : max_bytes_(max_bytes) {
-  if (dir.empty()) throw_invalid("cache directory", "\"\"", "a directory path");
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0) {
-    if (errno != ENOENT) throw_error(ErrorKind::Cache, "cannot use cache directory {}: {}", dir, errno_text());
-    make_dirs(dir);
-    if (::stat(dir.c_str(), &st) != 0) throw_error(ErrorKind::Cache, "cannot use cache directory {}: {}", dir, errno_text());
-    log::info("created cache directory {} (mode 0700)", dir);
-  }
-  check_dir_safe(dir, st);
-  dir_ = std::move(dir);
-  remove_dead_temps(dir_, list_names(dir_));
+DiskCache::DiskCache(std::string dir, std::optional<uint64_t> max_bytes)
+    : DiskCache(std::vector<std::string>{std::move(dir)}, max_bytes) {}
+
+DiskCache::DiskCache(const std::vector<std::string>& dirs, std::optional<uint64_t> max_bytes)
+    : layers_(resolve_cache_layers(dirs, /*create=*/true)), max_bytes_(max_bytes) {
+  for (size_t i = 0; i < layers_.size(); ++i)
+    if (layers_[i].writable) writable_ = static_cast<int>(i);
+  dir_ = layers_[writable_ >= 0 ? writable_ : 0].dir;
+  if (writable_ >= 0) remove_dead_temps(dir_, list_names(dir_));
+  else log::info("no writable cache layer among {} director{}: kernels compiled on a miss are not kept", layers_.size(),
+                 layers_.size() == 1 ? "y" : "ies");
 }
 
 std::unique_ptr<DiskCache> DiskCache::from_env() {
   if (config::disk_cache_disabled()) return nullptr;
-  return std::make_unique<DiskCache>(config::cache_dir(), config::cache_max_bytes());
+  return std::make_unique<DiskCache>(config::cache_path(), config::cache_max_bytes());
 }
 
 DiskCache* DiskCache::default_cache() {
@@ -367,20 +343,29 @@ std::string DiskCache::path_of(const std::string& key) const { return dir_ + "/"
 
 std::optional<CacheEntry> DiskCache::get(const std::string& key) {
   validate_cache_key(key);
-  std::string path = path_of(key);
-  ReadResult r = read_entry_file(path, /*touch=*/true);
-  if (!r.exists) return std::nullopt;
-  Parsed p;
-  if (r.reason.empty()) p = parse_entry(r.data, key);
-  else p.reason = r.reason;
-  if (p.entry) return std::move(p.entry);
-  log::warn("cache entry {} is bad ({}); removed, it will be recompiled", path, p.reason);
-  remove_entry(dir_, key, path);
+  for (const CacheLayer& layer : layers_) {
+    std::string path = layer.dir + "/" + key + kEntrySuffix;
+    ReadResult r = read_entry_file(path, !layer.writable, /*touch=*/true);
+    if (!r.exists) continue;
+    Parsed p;
+    if (r.reason.empty()) p = parse_entry(r.data, key);
+    else p.reason = r.reason;
+    if (p.entry) return std::move(p.entry);
+    if (layer.writable) {
+      log::warn("cache entry {} is bad ({}); removed, it will be recompiled", path, p.reason);
+      remove_entry(layer.dir, key, path);
+    } else {
+      log::warn("cache entry {} in a read-only layer is bad ({}); skipped, not loaded", path, p.reason);
+    }
+  }
   return std::nullopt;
 }
 
 void DiskCache::put(const std::string& key, const CacheEntryMeta& meta, const std::string& cubin) {
   std::string data = encode_cache_entry(key, meta, cubin);
+  if (writable_ < 0)
+    throw_error(ErrorKind::Cache, "cannot store {}: every cache layer is read-only ({}{})", meta.name, dir_,
+                layers_.size() > 1 ? ", ..." : "");
 
   std::string tmp = dir_ + "/." + key + ".XXXXXX" + kTempSuffix;
   int fd = ::mkstemps(tmp.data(), static_cast<int>(std::strlen(kTempSuffix)));  // created 0600
@@ -412,7 +397,7 @@ std::optional<CacheEntry> DiskCache::find_by_base_key(const std::string& base_ke
   int64_t best_mtime = -1;
   for (auto& l : list()) {
     if (!is_key(l.key) || l.mtime < best_mtime) continue;
-    ReadResult r = read_entry_file(l.path, /*touch=*/false);
+    ReadResult r = read_entry_file(l.path, l.read_only, /*touch=*/false);
     if (!r.reason.empty() || r.data.size() < kHeaderSize) continue;
     uint64_t meta_len = get_le(r.data, 12, 4);
     if (kHeaderSize + meta_len > r.data.size()) continue;
@@ -429,18 +414,29 @@ std::optional<CacheEntry> DiskCache::find_by_base_key(const std::string& base_ke
 
 std::vector<CacheListing> DiskCache::list() const {
   std::vector<CacheListing> out;
-  for (auto& n : list_names(dir_)) {
+  for (const CacheLayer& layer : layers_) {
+    auto in_layer = list_layer(layer);
+    out.insert(out.end(), std::make_move_iterator(in_layer.begin()), std::make_move_iterator(in_layer.end()));
+  }
+  return out;
+}
+
+std::vector<CacheListing> DiskCache::list_layer(const CacheLayer& layer) const {
+  std::vector<CacheListing> out;
+  for (auto& n : list_names(layer.dir)) {
     if (!ends_with(n, kEntrySuffix)) continue;
     CacheListing l;
     l.key = n.substr(0, n.size() - std::strlen(kEntrySuffix));
-    l.path = dir_ + "/" + n;
+    l.path = layer.dir + "/" + n;
+    l.layer = layer.dir;
+    l.read_only = !layer.writable;
     struct stat st;
     if (::lstat(l.path.c_str(), &st) != 0) continue;  // removed meanwhile
     l.size = static_cast<uint64_t>(st.st_size);
     l.mtime = static_cast<int64_t>(st.st_mtime);
     // Name and arch from the metadata; a header that does not parse shows "?" (verify says why).
     l.name = l.arch = "?";
-    ReadResult r = read_entry_file(l.path, /*touch=*/false);
+    ReadResult r = read_entry_file(l.path, l.read_only, /*touch=*/false);
     if (r.reason.empty() && r.data.size() >= kHeaderSize) {
       uint64_t meta_len = get_le(r.data, 12, 4);
       if (kHeaderSize + meta_len <= r.data.size()) {
@@ -460,36 +456,40 @@ std::vector<CacheListing> DiskCache::list() const {
 
 VerifyReport DiskCache::verify(bool remove_corrupt) {
   VerifyReport rep;
-  if (remove_corrupt) remove_dead_temps(dir_, list_names(dir_));
-  for (auto& n : list_names(dir_)) {
-    if (!ends_with(n, kEntrySuffix)) continue;
-    ++rep.entries;
-    std::string path = dir_ + "/" + n;
-    std::string key = n.substr(0, n.size() - std::strlen(kEntrySuffix));
-    std::string reason;
-    if (!is_key(key)) {
-      reason = "file name is not <sha256>.mjc";
-    } else {
-      ReadResult r = read_entry_file(path, /*touch=*/false);
-      if (!r.exists) {
-        --rep.entries;  // removed meanwhile
+  if (remove_corrupt && writable_ >= 0) remove_dead_temps(dir_, list_names(dir_));
+  for (const CacheLayer& layer : layers_) {
+    const bool read_only = !layer.writable;
+    for (auto& n : list_names(layer.dir)) {
+      if (!ends_with(n, kEntrySuffix)) continue;
+      ++rep.entries;
+      std::string path = layer.dir + "/" + n;
+      std::string key = n.substr(0, n.size() - std::strlen(kEntrySuffix));
+      std::string reason;
+      if (!is_key(key)) {
+        reason = "file name is not <sha256>.mjc";
+      } else {
+        ReadResult r = read_entry_file(path, read_only, /*touch=*/false);
+        if (!r.exists) {
+          --rep.entries;  // removed meanwhile
+          continue;
+        }
+        reason = r.reason.empty() ? parse_entry(r.data, key).reason : r.reason;
+      }
+      if (reason.empty()) {
+        ++rep.ok;
         continue;
       }
-      reason = r.reason.empty() ? parse_entry(r.data, key).reason : r.reason;
+      rep.corrupt.push_back({path, reason, read_only});
+      if (remove_corrupt && !read_only) remove_entry(layer.dir, key, path);
     }
-    if (reason.empty()) {
-      ++rep.ok;
-      continue;
-    }
-    rep.corrupt.push_back({path, reason});
-    if (remove_corrupt) remove_entry(dir_, key, path);
   }
   return rep;
 }
 
 PruneReport DiskCache::prune(uint64_t max_bytes) {
   PruneReport rep;
-  auto entries = list();
+  if (writable_ < 0) return rep;
+  auto entries = list_layer(layers_[writable_]);
   uint64_t total = 0;
   for (auto& e : entries) total += e.size;
   for (auto& e : entries) {
@@ -515,8 +515,8 @@ PruneReport DiskCache::prune(uint64_t max_bytes) {
 }
 
 void DiskCache::evict_over_cap(const std::string& keep_key) {
-  if (!max_bytes_) return;
-  auto entries = list();
+  if (!max_bytes_ || writable_ < 0) return;
+  auto entries = list_layer(layers_[writable_]);
   uint64_t total = 0;
   for (auto& e : entries) total += e.size;
   for (auto& e : entries) {
@@ -533,6 +533,7 @@ void DiskCache::evict_over_cap(const std::string& keep_key) {
 
 size_t DiskCache::clear() {
   size_t removed = 0;
+  if (writable_ < 0) return 0;
   for (auto& n : list_names(dir_)) {
     bool entry = ends_with(n, kEntrySuffix);
     bool ours = entry || ends_with(n, kLockSuffix) || (n[0] == '.' && ends_with(n, kTempSuffix));
@@ -546,6 +547,7 @@ size_t DiskCache::clear() {
 
 DiskCache::KeyLock::KeyLock(const DiskCache& cache, const std::string& key, double timeout_s) {
   validate_cache_key(key);
+  if (!cache.writable()) return;  // never a file in a read-only layer, not even a lock
   std::string path = cache.dir() + "/" + key + kLockSuffix;
   int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {

@@ -20,15 +20,23 @@ nlohmann::json runtime_info() {
   if (Compiler::available(&why)) j["nvrtc"] = Compiler::global().nvrtc_version();
   else j["nvrtc"] = nullptr, j["nvrtc_error"] = why;
   try {
-    j["cache_dir"] = config::cache_dir();
+    // The directory misses go to; with MLAJIT_CACHE_PATH, its writable layer (null: none).
+    if (!config::env("MLAJIT_CACHE_PATH")) j["cache_dir"] = config::cache_dir();
+    else if (auto w = writable_cache_dir_from_env()) j["cache_dir"] = *w;
+    else j["cache_dir"] = nullptr, j["cache_dir_error"] = "every layer of MLAJIT_CACHE_PATH is read-only";
+    nlohmann::json layers = nlohmann::json::array();
+    for (auto& l : cache_layers_from_env())
+      layers.push_back({{"dir", l.dir}, {"writable", l.writable}, {"exists", l.exists}});
+    j["cache_layers"] = layers;
   } catch (const Error& e) {
-    j["cache_dir"] = nullptr, j["cache_dir_error"] = e.what();
+    if (!j.contains("cache_dir")) j["cache_dir"] = nullptr;
+    j["cache_layers"] = nullptr, j["cache_dir_error"] = e.what();
   }
   j["disk_cache_disabled"] = config::disk_cache_disabled();
   if (auto m = config::cache_max_bytes()) j["cache_max_bytes"] = *m;
   if (auto a = config::arch_override()) j["arch_override"] = *a;
   nlohmann::json env = nlohmann::json::object();
-  for (const char* name : {"MLAJIT_CACHE_DIR", "MLAJIT_DISABLE_DISK_CACHE", "MLAJIT_CACHE_MAX_BYTES", "MLAJIT_ARCH",
+  for (const char* name : {"MLAJIT_CACHE_DIR", "MLAJIT_CACHE_PATH", "MLAJIT_DISABLE_DISK_CACHE", "MLAJIT_CACHE_MAX_BYTES", "MLAJIT_ARCH",
                            "MLAJIT_DUMP_DIR", "MLAJIT_TEMPLATE_DIR", "MLAJIT_LOG", "MLAJIT_DEVICE", "MLAJIT_REMOTE_CACHE",
                            "MLAJIT_REMOTE_CACHE_PREFIX", "MLAJIT_REMOTE_CACHE_TTL", "MLAJIT_REMOTE_CACHE_KEY_FILE"})
     if (auto v = config::env(name)) env[name] = *v;

@@ -188,7 +188,15 @@ std::shared_ptr<const Kernel> Runtime::get_for_launch(const KernelSpec& spec, St
   return get(spec);
 }
 
+namespace {
+thread_local Runtime* tl_scoped_runtime = nullptr;  // Runtime::Scope
+}  // namespace
+
+Runtime::Scope::Scope(Runtime* rt) : previous_(tl_scoped_runtime) { tl_scoped_runtime = rt; }
+Runtime::Scope::~Scope() { tl_scoped_runtime = previous_; }
+
 Runtime& Runtime::global() {
+  if (Runtime* scoped = tl_scoped_runtime) return *scoped;
   // Leaked on purpose: unloading modules during static destruction races the driver's own teardown.
   static Runtime* rt = new RuntimeImpl(RuntimeOptions{});
   return *rt;

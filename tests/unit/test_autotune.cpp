@@ -386,6 +386,32 @@ TEST_CASE("lookup: the index finds the tuned params for device, problem and buck
   CHECK(idx.find(dev, KvCacheGatherParams{}, b) == nullptr);
 }
 
+TEST_CASE("lookup: tuning records of cache layers: the first layer's record wins, missing files add nothing") {
+  TempDir image("autotune_image"), home("autotune_home");
+  const auto b = bucket_kv_cache_store(4096, 8);
+  KvCacheStoreParams from_image = fp8_store(), from_home = fp8_store();
+  from_image.threads = 256;
+  from_home.threads = 512;
+  TuningDb(TuningDb::default_path(image.str())).merge({record(from_image, b, 1.0)});
+  TuningDb(TuningDb::default_path(home.str())).merge({record(from_home, b, 1.0)});
+  KvCacheStoreParams other_problem = fp8_store();
+  other_problem.cache.num_layers += 1;
+  TuningDb(TuningDb::default_path(home.str())).merge({record(other_problem, b, 1.0)});
+
+  const uint64_t dev = device_key("GPU-A", 132);
+  KvCacheStoreParams query = fp8_store();
+  query.threads = 0;
+  TuningIndex home_first = load_layered_tuning_index({home.str(), image.str()});
+  REQUIRE(home_first.find(dev, query, b) != nullptr);
+  CHECK(std::get<KvCacheStoreParams>(*home_first.find(dev, query, b)).threads == 512);
+  TuningIndex image_first = load_layered_tuning_index({image.str(), home.str(), image.str() + "/missing"});
+  CHECK(std::get<KvCacheStoreParams>(*image_first.find(dev, query, b)).threads == 256);
+  KvCacheStoreParams other_query = other_problem;
+  other_query.threads = 0;
+  CHECK(image_first.find(dev, other_query, b) != nullptr);  // only in the later layer: still found
+  CHECK(image_first.size() == 2);
+}
+
 TEST_CASE("lookup: 1e6 lookups cost well under 1 us each") {
   // 1000 records of several ops and devices, as a busy database would hold.
   std::vector<TuningRecord> recs;

@@ -12,6 +12,7 @@
 extern "C" int mlajit_fuzz_config_one(const uint8_t* data, size_t size);
 extern "C" int mlajit_fuzz_cache_entry_one(const uint8_t* data, size_t size);
 extern "C" int mlajit_fuzz_shape_one(const uint8_t* data, size_t size);
+extern "C" int mlajit_fuzz_cache_archive_one(const uint8_t* data, size_t size);
 
 namespace fs = std::filesystem;
 
@@ -42,3 +43,4 @@ int replay(const std::string& target, int (*one)(const uint8_t*, size_t)) {
 TEST_CASE("fuzz replay: config / kernel spec parser") { CHECK(replay("config", mlajit_fuzz_config_one) >= 4); }
 TEST_CASE("fuzz replay: cache entry reader") { CHECK(replay("cache_entry", mlajit_fuzz_cache_entry_one) >= 4); }
 TEST_CASE("fuzz replay: --shape parser") { CHECK(replay("shape", mlajit_fuzz_shape_one) >= 3); }
+TEST_CASE("fuzz replay: cache archive reader") { CHECK(replay("cache_archive", mlajit_fuzz_cache_archive_one) >= 4); }
