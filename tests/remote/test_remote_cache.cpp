@@ -4,6 +4,8 @@
 // timeouts), tuning records shared between two nodes, and `mlajit cache push|pull`.
 #include <doctest/doctest.h>
 
+#include "shell_command.hpp"
+
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -379,14 +381,8 @@ TEST_CASE("remote: mlajit cache push from a build node, pull into a fresh node, 
       {"op": "kv_cache_store", "params": {"dtype": "bf16", "num_heads": 1, "head_size": 576, "page_size": 64, "is_mla": true, "num_layers": 61, "input_dtype": "bf16"}}]})";
   const std::string env = "MLAJIT_REMOTE_CACHE=" + server.url() + " MLAJIT_REMOTE_CACHE_KEY_FILE=" + key_file + " ";
   auto run = [&](const std::string& args, const std::string& extra_env = "") {
-    std::string cmd = env + extra_env + MLAJIT_CLI_PATH " " + args + " 2>" + (t.path / "err").string();
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    int st = pclose(p);
-    return std::make_pair(WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
+    auto r = mlajit::testing::run_shell(env + extra_env + MLAJIT_CLI_PATH " " + args + " 2>" + (t.path / "err").string());
+    return std::make_pair(r.code, std::move(r.text));
   };
   const std::string node_a = (t.path / "a").string(), node_b = (t.path / "b").string(), node_c = (t.path / "c").string();
 

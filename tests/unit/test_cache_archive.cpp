@@ -1,5 +1,6 @@
 // Cache archives (include/mlajit/cache_archive.hpp) and `mlajit cache export|import`: a round trip
 // keeps every byte; a tampered, truncated or wrongly signed archive is refused whole.
+#include "shell_command.hpp"
 #include "temp_dir.hpp"
 #include <doctest/doctest.h>
 
@@ -53,22 +54,9 @@ std::string refusal(const std::string& data, const std::string& key = "", bool a
   return "";
 }
 
-struct Out {
-  int code = -1;
-  std::string text;
-};
+using Out = mlajit::testing::ShellOutput;
 
-Out sh(const std::string& command) {
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  Out r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.text.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+Out sh(const std::string& command) { return mlajit::testing::run_shell(command + " 2>&1"); }
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -1,6 +1,7 @@
 // A cache as a search path of layers (include/mlajit/cache.hpp, "Layers"): read-only layers are
 // found and never written, misses go to the first writable layer, unsafe layers are refused, and
 // an image built as root serves a non-root user.
+#include "shell_command.hpp"
 #include "temp_dir.hpp"
 #include <doctest/doctest.h>
 
@@ -79,22 +80,9 @@ std::vector<std::string> names_in(const fs::path& dir) {
   return names;
 }
 
-struct Out {
-  int code = -1;
-  std::string text;
-};
+using Out = mlajit::testing::ShellOutput;
 
-Out sh(const std::string& command) {
-  FILE* p = popen((command + " 2>/dev/null").c_str(), "r");
-  REQUIRE(p != nullptr);
-  Out r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.text.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+Out sh(const std::string& command) { return mlajit::testing::run_shell(command + " 2>/dev/null"); }
 
 }  // namespace
 

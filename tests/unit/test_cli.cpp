@@ -1,5 +1,6 @@
 // The CLI as a build pipeline sees it: exit codes, JSON outputs, concurrent builds into one cache,
 // corrupt entries found by `cache verify`, refused cache permissions. Runs the real binary.
+#include "shell_command.hpp"
 #include "temp_dir.hpp"
 #include <doctest/doctest.h>
 
@@ -42,16 +43,8 @@ const struct RemoveStderrFile {
 
 // Runs the CLI through the shell, capturing stdout; stderr goes to a file so errors can be checked.
 Run cli(const std::string& args, const std::string& env = "") {
-  std::string cmd = env + " " MLAJIT_CLI_PATH " " + args + " 2>" + stderr_path();
-  Run r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  auto s = mlajit::testing::run_shell(env + " " MLAJIT_CLI_PATH " " + args + " 2>" + stderr_path());
+  return Run{s.code, std::move(s.text)};
 }
 
 std::string last_stderr() {

@@ -1,5 +1,6 @@
 // The CLI as a new user explores it: --help on every command exits 0 and describes it, --version,
 // `build --arch A,B` in one run, `check --require-gpu` failing without a GPU.
+#include "shell_command.hpp"
 #include "temp_dir.hpp"
 #include <doctest/doctest.h>
 
@@ -19,22 +20,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Out {
-  int code = -1;
-  std::string text;
-};
+using Out = mlajit::testing::ShellOutput;
 
-Out run(const std::string& args) {
-  FILE* p = popen((MLAJIT_CLI_PATH " " + args + " 2>/dev/null").c_str(), "r");
-  REQUIRE(p != nullptr);
-  Out r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.text.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+Out run(const std::string& args) { return mlajit::testing::run_shell(MLAJIT_CLI_PATH " " + args + " 2>/dev/null"); }
 
 }  // namespace
 
