@@ -76,6 +76,11 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
   // bench speaks the tuner's shape vocabulary (tokens / keys / topk); checked before any GPU use.
   CHECK(cli("bench mla_indexer --shape tokens=4096,keys=100").code == 2);
   CHECK(last_stderr().find("keys count the new tokens too") != std::string::npos);
+  // stages = the scorer's K-ring depth (params.num_stages): validated by the params, before any GPU use.
+  CHECK(cli("bench mla_indexer --shape stages=99").code == 2);
+  CHECK(last_stderr().find("params.num_stages: got 99") != std::string::npos);
+  CHECK(cli("bench mla_indexer --shape stages=x").code == 2);
+  CHECK(last_stderr().find("--shape stages") != std::string::npos);
   CHECK(cli("bench sparse_prefill --shape tokens=4096,s_q=2048").code == 2);
   CHECK(last_stderr().find("both tokens and s_q") != std::string::npos);
   CHECK(cli("bench sparse_prefill --shape tokens=4096,keys=32768,topk=2048,bogus=1").code == 2);
