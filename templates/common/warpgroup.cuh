@@ -12,13 +12,6 @@ namespace sm90 {
 MJ_DEVICE void named_bar_sync(u32 id, u32 threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
-// The unaligned form (barrier.sync): for a barrier generation whose blocking participants reach it
-// from different static instructions (e.g. one function inlined into two warp-role branches).
-// bar.sync promises one static instruction per generation; compute-sanitizer synccheck reports
-// "divergent thread(s) in block" when that promise is broken.
-MJ_DEVICE void named_bar_sync_unaligned(u32 id, u32 threads) {
-  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 // Signals without waiting: the producer side of a one-way hand-off.
 MJ_DEVICE void named_bar_arrive(u32 id, u32 threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

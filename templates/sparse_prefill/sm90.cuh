@@ -89,6 +89,7 @@
 #include "common/warpgroup.cuh"
 #include "common/wgmma.cuh"
 
+
 namespace mj {
 namespace sparse_prefill_sm90 {
 
@@ -106,14 +107,12 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 // Named barrier ids (0 is __syncthreads).
 enum : u32 {
-  kBarQReady = 1,    // consumers: query tile in shared memory
-  kBarWg0Max = 2,    // WG0 -> WG1: WG0's block max in sM
-  kBarWg1Max = 3,    // WG1 -> WG0: the step's final max in sM
-  kBarS0Ready = 4,   // WG0 -> WG1: P0 in shared memory
-  kBarS1Ready = 5,   // WG1 -> WG0: P1 in shared memory
-  kBarRowSum = 6,    // consumers: row sums exchanged (also: every wgmma done, Q space free)
-  kBarOutWg0 = 7,    // WG0's output staged
-  kBarOutWg1 = 8,    // WG1's output staged
+  kBarQReady = 1,   // consumers: query tile in shared memory
+  kBarWg0Max = 2,   // WG0 -> WG1: WG0's block max in sM (WG1 -> WG0 and the row sums: mbarriers, see Smem)
+  kBarS0Ready = 3,  // WG0 -> WG1: P0 in shared memory
+  kBarS1Ready = 4,  // WG1 -> WG0: P1 in shared memory
+  kBarOutWg0 = 5,   // WG0's output staged
+  kBarOutWg1 = 6,   // WG1's output staged
 };
 
 // TUNE: development-only experiment bits, 0 in production (the generator never sets it); the
@@ -172,8 +171,8 @@ struct Config {
                 "setmaxnreg budgets exceed the CTA's register allocation");
 
   // Shared memory: bookkeeping first, then the 1024-byte-aligned tiles.
-  static constexpr int kOffBars = 0;                       // 8 mbarriers: full[stage][half], empty[stage][half]
-  static constexpr int kOffMax = 64;                       // float[64]: running max hand-off
+  static constexpr int kOffBars = 0;                       // 10 mbarriers: full[stage][half], empty[stage][half], max1_ready, rowsum_ready
+  static constexpr int kOffMax = 80;                       // float[64]: running max hand-off
   static constexpr int kOffRowSum = kOffMax + 64 * 4;      // float[2][64]: row sums per warpgroup
   static constexpr int kOffBias = kOffRowSum + 2 * 64 * 4; // float[2][64]: 0 (valid) / -inf per key
   static constexpr int kOffColScale = kOffBias + 2 * 64 * 4;  // float[2][64]: per-row fp8 scale per key
@@ -187,6 +186,11 @@ struct Config {
 struct Smem {
   u32 full[2][2];   // [stage][half] barrier addresses: stage data landed (+ bias / scales published)
   u32 empty[2][2];  // [stage][half]: readers done
+  // WG1 -> WG0 hand-offs of generic shared-memory data go through mbarriers, whose arrive / wait
+  // compute-sanitizer racecheck models exactly; a named-barrier bar.arrive -> bar.sync hand-off of
+  // the same data (PTX-ordered) was reported as a RAW hazard (docs/notes/sparse_prefill_sm90.md, 17).
+  u32 max1_ready;    // WG1's step max in `max`: one arrival per writing lane (32 per step)
+  u32 rowsum_ready;  // both warpgroups' row sums in `rowsum`, their wgmma done, Q space free (256, once)
   float* max;       // [64]
   float* rowsum;    // [2][64]
   float* bias;      // [2][64]
@@ -207,6 +211,8 @@ MJ_DEVICE Smem carve_smem(unsigned char* base, int misc_bytes) {
       s.empty[st][h] = b + 32u + 8u * (2 * st + h);
     }
   }
+  s.max1_ready = b + 64u;
+  s.rowsum_ready = b + 72u;
   const u32 tiles = (b + static_cast<u32>(misc_bytes) + 1023u) & ~1023u;
   s.q = tiles;
   s.k[0] = tiles + kStageBytes;
@@ -854,10 +860,11 @@ MJ_DEVICE void finish(const SparsePrefillArgs& a, const Smem& s, const Lane& ln,
     s.rowsum[ln.wg * 64 + ln.r0] = l0;
     s.rowsum[ln.wg * 64 + ln.r1] = l1;
   }
-  // Also: both warpgroups' wgmma are done, Q space is free. finish() is inlined into both consumer
-  // branches, so the two warpgroups reach this generation from different static instructions:
-  // the unaligned barrier (synccheck reported the aligned one as divergent, 1028 errors per launch).
-  sm90::named_bar_sync_unaligned(kBarRowSum, 256);
+  // Also: both warpgroups' wgmma are done, Q space is free. An mbarrier rather than a named
+  // barrier: finish() is inlined into both consumer branches (an aligned bar.sync reached from two
+  // static instructions is what synccheck calls divergent), and racecheck models mbarriers exactly.
+  sm90::mbar_arrive(s.rowsum_ready);
+  sm90::mbar_wait(s.rowsum_ready, 0);
   const float L0 = s.rowsum[ln.r0] + s.rowsum[64 + ln.r0];
   const float L1 = s.rowsum[ln.r1] + s.rowsum[64 + ln.r1];
   const float out_mult = tile_unscale<C>();
@@ -961,7 +968,7 @@ MJ_DEVICE void consume_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane
     sm90::fence_regs(o);
     sm90::mbar_arrive(s.empty[0][0]);  // stage 0 left: scored and multiplied
 
-    sm90::named_bar_sync(kBarWg1Max, 256);
+    sm90::mbar_wait(s.max1_ready, parity);
     const float f0 = ex2(m0 - s.max[ln.r0]), f1 = ex2(m1 - s.max[ln.r1]);
     m0 = s.max[ln.r0];
     m1 = s.max[ln.r1];
@@ -1041,10 +1048,10 @@ MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane
     if (ln.tig == 0) {
       s.max[ln.r0] = n0;
       s.max[ln.r1] = n1;
+      sm90::mbar_arrive(s.max1_ready);  // each writer releases its own stores
     }
     m0 = n0;
     m1 = n1;
-    sm90::named_bar_arrive(kBarWg1Max, 256);
 
     sm90::wgmma_fence();
     issue_pv_rs<C::kF16>(o, ps, dv1);
@@ -1093,6 +1100,8 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
         sm90::mbar_init(s.empty[st][h], 128u);
       }
     }
+    sm90::mbar_init(s.max1_ready, 32u);  // the tig-0 lanes of WG1's 4 warps
+    sm90::mbar_init(s.rowsum_ready, 256u);
     if constexpr (C::kF16) *reinterpret_cast<u32*>(s.rowsum) = 0u;  // load_q's tile maximum
     sm90::mbar_init_fence();
   }

@@ -75,9 +75,9 @@ Sm90Plan sm90_plan(const SparsePrefillParams& p) {
   plan.heads_per_cta = p.num_q_heads / plan.head_tiles;
   plan.threads = 384;                           // two consumer warpgroups and a producer
   plan.num_stages = 2;
-  // Config::kSmemBytes: bookkeeping (1856) + 1024 alignment slack + Q and two 64-key K stages
+  // Config::kSmemBytes: bookkeeping (1872) + 1024 alignment slack + Q and two 64-key K stages
   // (3 x 73728) + WG1's P tile (8192). The generated source static_asserts it.
-  plan.smem_bytes = 1856 + 1024 + 3 * 73728 + 8192;
+  plan.smem_bytes = 1872 + 1024 + 3 * 73728 + 8192;
   return plan;
 }
 
