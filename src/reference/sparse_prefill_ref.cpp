@@ -8,6 +8,7 @@
 #include <limits>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 namespace mlajit::ref {
@@ -135,9 +136,11 @@ SparsePrefillResult sparse_prefill_reference(const SparsePrefillProblem& pb, uns
 SparsePrefillProblem make_random_problem(const SparsePrefillParams& p, const SparsePrefillShape& s, uint64_t seed) {
   p.validate();
   if (s.indices_stride <= 0 || s.indices_stride % p.b_topk != 0)
-    throw std::invalid_argument("make_random_problem: indices_stride must be a positive multiple of b_topk");
+    throw std::invalid_argument("make_random_problem: indices_stride " + std::to_string(s.indices_stride) +
+                                " is not a positive multiple of b_topk " + std::to_string(p.b_topk));
   if (s.layer_idx < 0 || s.layer_idx >= s.num_layers)
-    throw std::invalid_argument("make_random_problem: layer_idx outside [0, num_layers)");
+    throw std::invalid_argument("make_random_problem: layer_idx " + std::to_string(s.layer_idx) +
+                                " outside [0, num_layers=" + std::to_string(s.num_layers) + ")");
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.f, 1.f);
 

@@ -56,7 +56,7 @@
 //   WG2 (producer, few registers): reads the token's indices, resolves rows (SPEC validity rule),
 //     and gathers each 64-key block into a K stage (64 rows x 576 bf16, 128-byte swizzled tiles of
 //     64 columns): bf16 rows by cp.async 16 B per thread (zero-fill, no read, for invalid slots),
-//     fp8 rows by 16-byte register loads decoded to bf16 on the way. Per stage it also publishes a
+//     fp8 rows by 16-byte register loads decoded on the way. Per stage it also publishes a
 //     column bias (0 or -inf) and, for per-row fp8 scales, the row's scale.
 //   WG0 / WG1 (consumers, many registers): block 2i goes to stage 0 (scored by WG0), block 2i+1 to
 //     stage 1 (scored by WG1): S = Q K^T with m64n64k16 wgmma over 9 column tiles (Q resident in
@@ -75,7 +75,10 @@
 // (SCALE_BLOCK 576) are folded into the score multiplier and P instead of the tile. The fp8
 // producer streams 16-byte loads through a register window (9 deep for f16 tiles, 6 / 4 / 2 with
 // group scales) across halves and steps; its encoded indices are loaded two steps ahead (the bf16
-// producer's one step ahead), so no index load latency lands on the critical path of a step.
+// producer's one step ahead), so no index load latency lands on the critical path of a step. With
+// unit / per-row scales (f16 tiles) 8 lanes load one 128-byte L2 line of a row per instruction
+// (Fp8LineProducer: ~5.5 L2 requests per 576-byte row instead of 9); MJ_SP90_FP8_LINE_GATHER=0
+// selects the 4-lanes-per-row producer (Fp8Producer) that group scales always use.
 // Proxy ordering: stage data are written through the generic proxy (cp.async, st.shared) and read
 // by wgmma through the async proxy; each consumer fences after acquiring a full barrier (a
 // producer-side fence would be a MEMBAR that waits for the producer's in-flight loads).
@@ -565,6 +568,218 @@ struct Fp8Producer {
     if constexpr (I + 1 < kWindow) prefetch<I + 1>();
   }
 };
+
+// ---- producer: fp8 rows by 128-byte line loads (unit / per-row scales) ------------------------------
+// The 4-lanes-per-row mapping above makes each warp load touch 8 rows x 64 bytes: 8 L2 requests of 2
+// sectors each, 9 requests per 576-byte row, as many as the bf16 path issues for a row twice as
+// long. With L2 throughput the limiter of the fp8 path (75% busy at DRAM 6%, hit rate 92-95%; notes
+// item 14), this mapping lets 8 lanes load one 128-byte L2 line of a row: ~5.5 requests per row
+// (same 18 sectors). Rows are 576 = 4.5 x 128 bytes, so every other row starts in the middle of a
+// line; each row's lanes follow its parity p (bit 6 of its address), in 16-byte chunks q of the row:
+//   left half (tiles 0..3, 2 loads j per row): q = (8 j + 4 tau + c + 4 p) & 15
+//     p = 0: two full lines; p = 1: line [4, 12) and the two 64-byte pieces [12, 16) + [0, 4)
+//   right half (tiles 4..8, 2.5 loads per row): q = 16 + 8 j + 4 tau + c + 4 p for j < 2, plus a
+//     64-byte piece q = 16 + 16 (1 - p) + c, which lanes share with a second row (one load for two)
+// i.e. tile = q / 4 and the lane's chunk c = q % 4 (its own lane & 3 in every case), so a lane still
+// widens the 16 dims [64 tile + 16 c, +16) into f16 chunks 2c, 2c+1 of its tile row. Requests per row:
+// 5 (p = 0) or 6 (p = 1: the line holding tiles 3 and 4 is read once by each half, whose refills wait
+// on different barriers). The thread's chunk order, window and per-half arrivals are Fp8Plan's.
+// Lane bits (consumer role): c = bits 0..1, rho0 = bit 2, tau = bit 3, rho1 = bit 4; warp w of the
+// warpgroup loads rows 16 k + 4 w + rho (k = 0..3) of a block: a full load covers the 4 rows of one
+// k (8 lanes each: tau, c), a piece load the 8 rows of k = 2m, 2m+1 (4 lanes each). Rows are
+// resolved once per step, one per lane (owner role: lane = b | k1 << 1 | rho0 << 2 | k0 << 3 |
+// rho1 << 4 for row 16 k + 4 w + rho of block b), and fetched with shfl.idx whose segment mask keeps
+// the reader's own rho bits (and tau for pieces): the source lane is an immediate. Every quarter warp
+// stores two rows of different parity (rho0), whose 128-byte swizzles (row & 7) differ in bit 0, so
+// the 8 chunks 2c ^ sw of its 16-byte stores hit 8 different bank groups.
+#ifndef MJ_SP90_FP8_LINE_GATHER
+#define MJ_SP90_FP8_LINE_GATHER 1  // 0: the 4-lanes-per-row producer above for every fp8 config
+#endif
+struct Fp8LinePlan {
+  using P = Fp8Plan;
+  __host__ __device__ static constexpr int side(int j) { return P::side(P::half_of(j)); }
+  __host__ __device__ static constexpr int index(int j) { return j - P::first_chunk(P::half_of(j)); }
+  // A right half is two groups of 5 loads: quad 2m line 0, line 1, quad 2m+1 line 0, line 1, piece m.
+  __host__ __device__ static constexpr bool piece(int j) { return side(j) == 1 && index(j) % 5 == 4; }
+  __host__ __device__ static constexpr int pair(int j) { return index(j) / 5; }
+  __host__ __device__ static constexpr int quad(int j) {
+    return side(j) == 0 ? index(j) / 2 : 2 * pair(j) + (index(j) % 5) / 2;
+  }
+  __host__ __device__ static constexpr int line(int j) { return side(j) == 0 ? index(j) % 2 : (index(j) % 5) % 2; }
+};
+static_assert(Fp8Plan::tiles(0) * 2 == 8 && Fp8Plan::tiles(1) * 2 == 10 && Fp8LinePlan::piece(8 + 4) &&
+                  Fp8LinePlan::piece(8 + 9) && Fp8LinePlan::quad(8 + 5) == 2 && Fp8LinePlan::quad(7) == 3,
+              "fp8 line plan: a left half is 4 quads x 2 lines, a right half 2 x (2 quads x 2 lines + 1 piece)");
+
+// shfl.idx within segments: the source lane keeps the reader's lane bits in SEGMASK and takes the
+// others from SRC (both immediates; the clamp 31 never redirects to the reader's own value).
+template <int SRC, int SEGMASK>
+MJ_DEVICE u32 shfl_idx_seg(u32 v) {
+  u32 r;
+  asm volatile("shfl.sync.idx.b32 %0, %1, %2, %3, 0xffffffff;\n" : "=r"(r) : "r"(v), "n"(SRC), "n"((SEGMASK << 8) | 31));
+  return r;
+}
+
+template <class C>
+struct Fp8LineProducer {
+  using Plan = Fp8Plan;
+  using LP = Fp8LinePlan;
+  static_assert(C::kF16, "the line-gather producer writes f16 tiles (unit / per-row scales)");
+  static constexpr int kWindow = MJ_SP90_F16_WINDOW;
+  static_assert(Plan::kChunks % kWindow == 0, "window must divide the loads per step");
+  static_assert(kWindow <= 32, "line parities of the window are kept in one register");
+
+  const Smem& s;
+  // Addresses: a per-thread base + a compile-time offset (the instruction's immediate, Geo) + the
+  // line parity p times a per-load multiplier (src_mul; 128 x that for the 8192-byte tiles). The
+  // second 16-byte store of a chunk is 16 bytes apart in the swizzle: dst ^ 16.
+  const unsigned char* kv_c;  // cache base + 16 c (pieces)
+  const unsigned char* kv_t;  // kv_c + 64 tau (full loads)
+  const float* scales;        // kv_scales (per-row scales)
+  u64 policy;
+  u32 par;        // bit 6 of the cache base: row r's first line is half used iff (r ^ par) & 1
+  u32 tau;        // lane bit 3: the 64-byte half of a line that the lane's full loads read
+  u32 d_t;        // stage 0 + the lane's chunk 2c in row 4 w + rho of tile tau (full loads)
+  int own_b;      // owner role: block of the owned row
+  int own_row;    // owner role: owned row of the block (16 k + 4 w + rho)
+  u32 cur, nxt;   // owned cache row this step / next step, kNoRow when invalid
+  float scale;    // per-row scale of the owned row this step (kRowScale), 0 when invalid
+  u32 pbits;      // bit `slot`: line parity of the row loaded into ring slot `slot`
+  u32 raw[kWindow][4];
+
+  // Compile-time geometry of load J: kSrcOff / kDstOff are the immediates of its load / stores.
+  template <int J>
+  struct Geo {
+    static constexpr bool kPiece = LP::piece(J);
+    static constexpr bool kWrap = !kPiece && LP::side(J) == 0 && LP::line(J) == 1;
+    // tile at p = 0 (tau included in d_t / kv_t for full loads)
+    static constexpr int kTile0 = kPiece ? 8 : LP::side(J) == 0 ? 2 * LP::line(J) : kLeftTiles + 2 * LP::line(J);
+    static constexpr int kSrcOff = 64 * kTile0;
+    static constexpr u32 kDstOff = static_cast<u32>(Plan::stage(Plan::half_of(J)) * kStageBytes + kTile0 * kTileBytes) +
+                                   (kPiece ? static_cast<u32>(LP::pair(J)) * 2u * 16u * 128u
+                                           : static_cast<u32>(LP::quad(J)) * 16u * 128u);
+  };
+  template <int J>
+  MJ_DEVICE int src_mul() const {
+    // left-half line 1: tile (2 + tau + p) & 3 = 2 + tau + p (1 - 4 tau)
+    return Geo<J>::kPiece ? -4 * 64 : Geo<J>::kWrap ? 64 - 256 * static_cast<int>(tau) : 64;
+  }
+
+  // The cache row that load J reads (and its decode writes), from the owner lanes' `owned` rows.
+  template <int J>
+  MJ_DEVICE u32 row_of(u32 owned) const {
+    constexpr int b = Plan::stage(Plan::half_of(J));
+    if constexpr (LP::piece(J)) {
+      return shfl_idx_seg<(LP::pair(J) << 1) | b, 0x1C>(owned);  // quad 2m + tau (reader's bit 3)
+    } else {
+      constexpr int quad = LP::quad(J);
+      return shfl_idx_seg<((quad & 1) << 3) | ((quad >> 1) << 1) | b, 0x14>(owned);
+    }
+  }
+
+  // Loads load J of a step (rows owned in `owned`: cur, or nxt for the next step's) into ring slot
+  // J % kWindow and records the row's line parity.
+  template <int J>
+  MJ_DEVICE void load(u32 owned) {
+    constexpr int slot = J % kWindow;
+    const u32 row = row_of<J>(owned);
+    const u32 p = (row ^ par) & 1u;
+    pbits = (pbits & ~(1u << slot)) | (p << slot);
+    if (row != kNoRow) {
+      const unsigned char* src = (Geo<J>::kPiece ? kv_c : kv_t) + static_cast<u64>(row) * kQkDim +
+                                 static_cast<i64>(static_cast<int>(p) * src_mul<J>());
+      sm90::ldg128_policy<Geo<J>::kSrcOff>(src, policy, raw[slot][0], raw[slot][1], raw[slot][2], raw[slot][3]);
+    } else {
+      raw[slot][0] = raw[slot][1] = raw[slot][2] = raw[slot][3] = 0u;
+    }
+  }
+
+  template <int I>
+  MJ_DEVICE void chunk(u32 empty_parity) {
+    constexpr int h = Plan::half_of(I), slot = I % kWindow;
+    constexpr int st = Plan::stage(h), side = Plan::side(h);
+    if constexpr (I == Plan::first_chunk(h)) {
+      sm90::mbar_wait(s.empty[st][side], empty_parity);
+      if constexpr (side == st) {  // a stage's first half: publish its key bias / per-row scales
+        if (own_b == st) {
+          s.bias[st * 64 + own_row] = cur != kNoRow ? 0.0f : neg_inf();
+          if constexpr (C::kRowScale) s.colscale[st * 64 + own_row] = scale;
+        }
+      }
+    }
+    // Pin the slot here (as in Fp8Producer: keeps the decode from being hoisted up to the load).
+#pragma unroll
+    for (int w = 0; w < 4; ++w) asm volatile("" : "+r"(raw[slot][w]));
+    u32 out[8];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      out[2 * w] = e4m3x2_to_f16x2(raw[slot][w], false);
+      out[2 * w + 1] = e4m3x2_to_f16x2(raw[slot][w], true);
+    }
+    const u32 p = (pbits >> slot) & 1u;
+    // pieces: row 16 tau + 4 w + rho of tile 0, instead of row 4 w + rho of tile tau
+    const u32 base = Geo<I>::kPiece ? d_t - tau * static_cast<u32>(kTileBytes - 16 * 128) : d_t;
+    // (p * (m * 128), not p * m * 128: the latter changed ptxas's allocation into 3 more spills)
+    const u32 dst = base + static_cast<u32>(static_cast<int>(p) * (src_mul<I>() * (kTileBytes / 64)));
+    sm90::sts128(dst + Geo<I>::kDstOff, out[0], out[1], out[2], out[3]);
+    sm90::sts128((dst ^ 16u) + Geo<I>::kDstOff, out[4], out[5], out[6], out[7]);
+    if constexpr (I + kWindow < Plan::kChunks) {
+      load<I + kWindow>(cur);
+    } else {
+      load<I + kWindow - Plan::kChunks>(nxt);
+    }
+    if constexpr (I == Plan::first_chunk(h) + 2 * Plan::tiles(h) - 1) {
+      if constexpr (C::kProducerFence) sm90::fence_proxy_async_smem();
+      sm90::mbar_arrive(s.full[st][side]);
+    }
+    if constexpr (I + 1 < Plan::kChunks) chunk<I + 1>(empty_parity);
+  }
+
+  template <int I>
+  MJ_DEVICE void prefetch() {
+    load<I>(cur);
+    if constexpr (I + 1 < kWindow) prefetch<I + 1>();
+  }
+};
+
+template <class C>
+MJ_DEVICE void produce_fp8_lines(const SparsePrefillArgs& a, const Smem& s, i64 token, int topk_len, int steps) {
+  const int t = static_cast<int>(threadIdx.x) - 256;
+  const u32 lane = static_cast<u32>(t) & 31u, w = static_cast<u32>(t) >> 5;
+  const u32 c = lane & 3u, tau = (lane >> 3) & 1u, rho = 2u * ((lane >> 4) & 1u) + ((lane >> 2) & 1u);
+  const u32 rib = 4u * w + rho, sw = rib & 7u;
+  const u32 dst0 = rib * 128u + (((2u * c) ^ sw) << 4);  // chunk 2c; 2c + 1 is dst0 ^ 16
+  Fp8LineProducer<C> p{s};
+  p.kv_c = static_cast<const unsigned char*>(a.kv_blocks) + c * 16u;
+  p.kv_t = p.kv_c + tau * 64u;
+  p.tau = tau;
+  p.scales = a.kv_scales;
+  p.policy = sm90::l2_policy_evict_last();
+  p.par = static_cast<u32>(reinterpret_cast<u64>(a.kv_blocks) >> 6) & 1u;
+  p.d_t = s.k[0] + dst0 + tau * static_cast<u32>(kTileBytes);
+  p.own_b = static_cast<int>(lane & 1u);
+  p.own_row = static_cast<int>(16u * (2u * ((lane >> 1) & 1u) + ((lane >> 3) & 1u)) + rib);
+  p.pbits = 0u;
+  const u32* token_indices = a.indices + token * a.indices_stride;
+  // As in produce_fp8: the owned row's encoded index is loaded two steps ahead and resolved one step
+  // ahead.
+  auto load_idx = [&](int step) { return load_slot(token_indices, (2 * step + p.own_b) * kBlockKeys + p.own_row, topk_len); };
+  int idx = load_idx(0);
+  p.cur = resolve_index<C>(a, idx);
+  idx = load_idx(1);
+  p.template prefetch<0>();
+  for (int step = 0; step < steps; ++step) {
+    p.nxt = resolve_index<C>(a, idx);  // step + 1 (slots past topk_len resolve to kNoRow)
+    idx = load_idx(step + 2);
+    // The per-row scale is fetched here and published at the stage's first half (block 0: after
+    // the empty wait of chunk 0, block 1: at chunk 8). Fetching it a step ahead instead keeps one
+    // more register live across the step, and ptxas then spills the in-flight index load
+    // (an STL right behind the LDG: a DRAM round trip per step).
+    if constexpr (C::kRowScale) p.scale = p.cur != kNoRow ? sm90::ldg_f32_ordered(p.scales + p.cur) : 0.0f;
+    p.template chunk<0>((static_cast<u32>(step) & 1u) ^ 1u);
+    p.cur = p.nxt;
+  }
+}
 
 template <class C>
 MJ_DEVICE void produce_fp8(const SparsePrefillArgs& a, const Smem& s, i64 token, int topk_len, int steps) {
@@ -1109,7 +1324,9 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
 
   if (wg == 2) {
     sm90::setmaxnreg_dec<C::kProducerRegs>();
-    if constexpr (C::kFp8) {
+    if constexpr (C::kF16 && MJ_SP90_FP8_LINE_GATHER) {
+      produce_fp8_lines<C>(args, s, token, topk_len, steps);
+    } else if constexpr (C::kFp8) {
       produce_fp8<C>(args, s, token, topk_len, steps);
     } else {
       produce_bf16<C>(args, s, token, topk_len, steps);

@@ -64,18 +64,29 @@ DeviceBuffer upload(const std::vector<T>& v) {
   return b;
 }
 
-// The problem on the device, with outputs.
+// Uploads v at byte offset `offset` of a fresh buffer (a cache base that is only 16-byte aligned).
+template <typename T>
+DeviceBuffer upload_at(const std::vector<T>& v, size_t offset) {
+  DeviceBuffer b(std::max<size_t>(v.size() * sizeof(T), 16) + offset);
+  if (!v.empty()) b.upload(v.data(), v.size() * sizeof(T), offset);
+  return b;
+}
+
+// The problem on the device, with outputs. The cache starts `blocks_offset` bytes into its buffer.
 struct DeviceProblem {
   DeviceBuffer q, blocks, scales, indices, lengths, sink, out, lse;
-  explicit DeviceProblem(const ref::SparsePrefillProblem& pb)
+  size_t blocks_offset;
+  explicit DeviceProblem(const ref::SparsePrefillProblem& pb, size_t blocks_offset_bytes = 0)
       : q(upload(pb.q)),
-        blocks(upload(pb.blocks)),
+        blocks(upload_at(pb.blocks, blocks_offset_bytes)),
         scales(upload(pb.scales)),
         indices(upload(pb.indices)),
         lengths(upload(pb.topk_lengths)),
         sink(upload(pb.attn_sink)),
         out(static_cast<size_t>(pb.num_tokens) * pb.p.num_q_heads * 512 * 2 + 16),
-        lse(static_cast<size_t>(pb.num_tokens) * pb.p.num_q_heads * 4 + 16) {}
+        lse(static_cast<size_t>(pb.num_tokens) * pb.p.num_q_heads * 4 + 16),
+        blocks_offset(blocks_offset_bytes) {}
+  void* blocks_ptr() const { return static_cast<unsigned char*>(blocks.get()) + blocks_offset; }
 };
 
 struct Outputs {
@@ -89,7 +100,7 @@ Outputs run_on_device(const ref::SparsePrefillProblem& pb, DeviceProblem& d, Pat
   d.out.fill_bytes(0xFF);  // bf16 0xFFFF and f32 0xFFFFFFFF are NaN: unwritten slots show
   d.lse.fill_bytes(0xFF);
   ops::PagedCacheView kv;
-  kv.blocks = TensorView(d.blocks.get(), p.kv_dtype, {pb.num_blocks, 1, pb.num_layers, p.page_size, 1, 576});
+  kv.blocks = TensorView(d.blocks_ptr(), p.kv_dtype, {pb.num_blocks, 1, pb.num_layers, p.page_size, 1, 576});
   if (!pb.scales.empty())
     kv.scales = TensorView(d.scales.get(), DType::f32,
                            {pb.num_blocks, 1, pb.num_layers, p.page_size, 1, p.scales_per_token()});
@@ -265,6 +276,39 @@ TEST_SUITE("sparse_prefill") {
         const Outputs a = run_on_device(pb, d, path), b = run_on_device(pb, d, path);
         CHECK(a.out == b.out);
         CHECK(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0);
+      }
+    }
+  }
+
+  TEST_CASE("sparse_prefill fp8: a cache base at any 16-byte offset gives the same bits") {
+    // 576-byte fp8 rows start every other row in the middle of a 128-byte line; the Hopper producer
+    // loads whole lines and picks each row's lane mapping from bit 6 of its address. Shifting the
+    // cache base by 64 bytes flips every row's parity, by 16 / 80 bytes it leaves no row line-aligned
+    // (still correct, only slower). Every placement must give the aligned placement's bits.
+    const Case cases[] = {
+        {"fp8 sbs576 h128 s9 topk384 b64 p64 sink", DType::fp8_e4m3, 128, 9, 384, 64, 64, 576, true},
+        {"fp8 sbs0 h64 s9 topk384 b128 p64", DType::fp8_e4m3, 64, 9, 384, 128, 64, 0},
+    };
+    uint64_t seed = 300;
+    for (const Case& c : cases) {
+      CAPTURE(c.name);
+      const SparsePrefillParams p = params_of(c);
+      ref::SparsePrefillShape s;
+      s.num_tokens = c.tokens;
+      s.indices_stride = c.stride;
+      const auto pb = ref::make_random_problem(p, s, seed++);
+      const auto r = ref::sparse_prefill_reference(pb);
+      for (Path path : available_paths(p)) {
+        DeviceProblem aligned(pb);
+        const Outputs base = run_on_device(pb, aligned, path);
+        check_outputs(c, pb, r, base, path);
+        for (size_t offset : {size_t{16}, size_t{64}, size_t{80}}) {
+          CAPTURE(offset);
+          DeviceProblem shifted(pb, offset);
+          const Outputs o = run_on_device(pb, shifted, path);
+          CHECK(o.out == base.out);
+          CHECK(std::memcmp(o.lse.data(), base.lse.data(), o.lse.size() * 4) == 0);
+        }
       }
     }
   }
