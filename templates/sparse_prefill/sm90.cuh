@@ -125,6 +125,15 @@ enum : u32 {
 //   2: fp8: 9-chunk load window instead of 6 (unit / per-row / x16 group scales)
 //   4: fp8: the producer fences its stores before arriving (drains its load window at every half)
 //      instead of the consumers fencing after the wait
+// setmaxnreg split of the fp8 configs on f16 tiles (unit / per-row scales): 88 / 208 buys the
+// producer a 12-deep load window (MJ_SP90_F16_WINDOW 12); the consumers do not spill more at 208
+// (at 200 ptxas serialises their wgmma). Every other config keeps 72 / 216.
+#ifndef MJ_SP90_F16_PRODUCER_REGS
+#define MJ_SP90_F16_PRODUCER_REGS 72
+#endif
+#ifndef MJ_SP90_F16_CONSUMER_REGS
+#define MJ_SP90_F16_CONSUMER_REGS 216
+#endif
 template <int NUM_HEADS, int B_TOPK, bool KV_FP8, int SCALE_BLOCK, bool ATTN_SINK, bool EMIT_LSE, int PAGE_SIZE,
           int NUM_STAGES, int TUNE = 0>
 struct Config {
@@ -164,8 +173,8 @@ struct Config {
   static constexpr int kThreads = 384;  // WG0, WG1 consumers; WG2 producer
   // Register budgets after setmaxnreg: consumers hold a 64x256 f32 accumulator (128 regs), a 64x64
   // score tile (32) and its bf16 copy (16); the producer needs few.
-  static constexpr int kProducerRegs = 72;
-  static constexpr int kConsumerRegs = 216;
+  static constexpr int kProducerRegs = kF16 ? MJ_SP90_F16_PRODUCER_REGS : 72;
+  static constexpr int kConsumerRegs = kF16 ? MJ_SP90_F16_CONSUMER_REGS : 216;
   // setmaxnreg moves registers inside the CTA's launch allocation: kThreads x the entry cap
   // (65536 / 384 rounded down to a multiple of 8 = 168), i.e. 64512, not the SM's 65536. Asking
   // for more makes the consumers' allocation spin forever.
@@ -447,7 +456,8 @@ MJ_DEVICE u32 fma_bf16x2(u32 a, u32 b, u32 c) {
 // The fp8 producer's per-thread state; chunk<I>() handles chunk I of a step with every index a
 // compile-time constant (template recursion rather than a loop the compiler might not fold).
 #ifndef MJ_SP90_F16_WINDOW
-#define MJ_SP90_F16_WINDOW 9  // f16 tiles: no scale registers, so a deeper load window fits (12 spills)
+#define MJ_SP90_F16_WINDOW 9  // f16 tiles: no scale registers, so a deeper load window fits; 12 needs
+                              // MJ_SP90_F16_PRODUCER_REGS 88 (and, line producer, PARITY_BITS 0)
 #endif
 template <class C>
 struct Fp8Producer {
@@ -595,6 +605,9 @@ struct Fp8Producer {
 #ifndef MJ_SP90_FP8_LINE_GATHER
 #define MJ_SP90_FP8_LINE_GATHER 1  // 0: the 4-lanes-per-row producer above for every fp8 config
 #endif
+#ifndef MJ_SP90_FP8_PARITY_BITS
+#define MJ_SP90_FP8_PARITY_BITS 1  // 1: line parities of the window in a bit register; 0: re-fetched at the decode
+#endif
 struct Fp8LinePlan {
   using P = Fp8Plan;
   __host__ __device__ static constexpr int side(int j) { return P::side(P::half_of(j)); }
@@ -629,20 +642,19 @@ struct Fp8LineProducer {
   static_assert(Plan::kChunks % kWindow == 0, "window must divide the loads per step");
   static_assert(kWindow <= 32, "line parities of the window are kept in one register");
 
+  const SparsePrefillArgs& a;
   const Smem& s;
   // Addresses: a per-thread base + a compile-time offset (the instruction's immediate, Geo) + the
   // line parity p times a per-load multiplier (src_mul; 128 x that for the 8192-byte tiles). The
   // second 16-byte store of a chunk is 16 bytes apart in the swizzle: dst ^ 16.
-  const unsigned char* kv_c;  // cache base + 16 c (pieces)
-  const unsigned char* kv_t;  // kv_c + 64 tau (full loads)
-  const float* scales;        // kv_scales (per-row scales)
+  const unsigned char* kv_c;  // cache base + 16 c; full loads add tau64
   u64 policy;
   u32 par;        // bit 6 of the cache base: row r's first line is half used iff (r ^ par) & 1
-  u32 tau;        // lane bit 3: the 64-byte half of a line that the lane's full loads read
+  u32 tau64;      // 64 x lane bit 3: the 64-byte half of a line that the lane's full loads read
   u32 d_t;        // stage 0 + the lane's chunk 2c in row 4 w + rho of tile tau (full loads)
-  int own_b;      // owner role: block of the owned row
-  int own_row;    // owner role: owned row of the block (16 k + 4 w + rho)
+  int own;        // owner role: 64 x block + row of the block (16 k + 4 w + rho) of the owned row
   u32 cur, nxt;   // owned cache row this step / next step, kNoRow when invalid
+  int idx;        // encoded index of the owned slot of the next step (loaded at the step's top)
   float scale;    // per-row scale of the owned row this step (kRowScale), 0 when invalid
   u32 pbits;      // bit `slot`: line parity of the row loaded into ring slot `slot`
   u32 raw[kWindow][4];
@@ -652,7 +664,7 @@ struct Fp8LineProducer {
   struct Geo {
     static constexpr bool kPiece = LP::piece(J);
     static constexpr bool kWrap = !kPiece && LP::side(J) == 0 && LP::line(J) == 1;
-    // tile at p = 0 (tau included in d_t / kv_t for full loads)
+    // tile at p = 0 (tau included in d_t / tau64 for full loads)
     static constexpr int kTile0 = kPiece ? 8 : LP::side(J) == 0 ? 2 * LP::line(J) : kLeftTiles + 2 * LP::line(J);
     static constexpr int kSrcOff = 64 * kTile0;
     static constexpr u32 kDstOff = static_cast<u32>(Plan::stage(Plan::half_of(J)) * kStageBytes + kTile0 * kTileBytes) +
@@ -662,7 +674,7 @@ struct Fp8LineProducer {
   template <int J>
   MJ_DEVICE int src_mul() const {
     // left-half line 1: tile (2 + tau + p) & 3 = 2 + tau + p (1 - 4 tau)
-    return Geo<J>::kPiece ? -4 * 64 : Geo<J>::kWrap ? 64 - 256 * static_cast<int>(tau) : 64;
+    return Geo<J>::kPiece ? -4 * 64 : Geo<J>::kWrap ? 64 - 4 * static_cast<int>(tau64) : 64;
   }
 
   // The cache row that load J reads (and its decode writes), from the owner lanes' `owned` rows.
@@ -684,10 +696,13 @@ struct Fp8LineProducer {
     constexpr int slot = J % kWindow;
     const u32 row = row_of<J>(owned);
     const u32 p = (row ^ par) & 1u;
+#if MJ_SP90_FP8_PARITY_BITS
     pbits = (pbits & ~(1u << slot)) | (p << slot);
+#endif
     if (row != kNoRow) {
-      const unsigned char* src = (Geo<J>::kPiece ? kv_c : kv_t) + static_cast<u64>(row) * kQkDim +
-                                 static_cast<i64>(static_cast<int>(p) * src_mul<J>());
+      // (tau64 is folded into the 32-bit offset: one register fewer than a second 64-bit base)
+      const int off = static_cast<int>(p) * src_mul<J>() + (Geo<J>::kPiece ? 0 : static_cast<int>(tau64));
+      const unsigned char* src = kv_c + static_cast<u64>(row) * kQkDim + static_cast<i64>(off);
       sm90::ldg128_policy<Geo<J>::kSrcOff>(src, policy, raw[slot][0], raw[slot][1], raw[slot][2], raw[slot][3]);
     } else {
       raw[slot][0] = raw[slot][1] = raw[slot][2] = raw[slot][3] = 0u;
@@ -701,9 +716,9 @@ struct Fp8LineProducer {
     if constexpr (I == Plan::first_chunk(h)) {
       sm90::mbar_wait(s.empty[st][side], empty_parity);
       if constexpr (side == st) {  // a stage's first half: publish its key bias / per-row scales
-        if (own_b == st) {
-          s.bias[st * 64 + own_row] = cur != kNoRow ? 0.0f : neg_inf();
-          if constexpr (C::kRowScale) s.colscale[st * 64 + own_row] = scale;
+        if ((own >> 6) == st) {
+          s.bias[own] = cur != kNoRow ? 0.0f : neg_inf();
+          if constexpr (C::kRowScale) s.colscale[own] = scale;
         }
       }
     }
@@ -716,13 +731,22 @@ struct Fp8LineProducer {
       out[2 * w] = e4m3x2_to_f16x2(raw[slot][w], false);
       out[2 * w + 1] = e4m3x2_to_f16x2(raw[slot][w], true);
     }
+#if MJ_SP90_FP8_PARITY_BITS
     const u32 p = (pbits >> slot) & 1u;
+#else
+    // The slot's row is this step's owned row again (loads of step + 1 used nxt, which is cur now):
+    // one more shfl per chunk instead of a parity register live from each load to its decode.
+    const u32 p = (row_of<I>(cur) ^ par) & 1u;
+#endif
     // pieces: row 16 tau + 4 w + rho of tile 0, instead of row 4 w + rho of tile tau
-    const u32 base = Geo<I>::kPiece ? d_t - tau * static_cast<u32>(kTileBytes - 16 * 128) : d_t;
+    const u32 base = Geo<I>::kPiece ? d_t - (tau64 >> 6) * static_cast<u32>(kTileBytes - 16 * 128) : d_t;
     // (p * (m * 128), not p * m * 128: the latter changed ptxas's allocation into 3 more spills)
     const u32 dst = base + static_cast<u32>(static_cast<int>(p) * (src_mul<I>() * (kTileBytes / 64)));
     sm90::sts128(dst + Geo<I>::kDstOff, out[0], out[1], out[2], out[3]);
     sm90::sts128((dst ^ 16u) + Geo<I>::kDstOff, out[4], out[5], out[6], out[7]);
+    // The next step's row is resolved where its first load needs it: its index was loaded at the
+    // step's top (2/3 of a step earlier), and neither it nor the row stays live across a whole step.
+    if constexpr (I == Plan::kChunks - kWindow) nxt = resolve_index<C>(a, idx);
     if constexpr (I + kWindow < Plan::kChunks) {
       load<I + kWindow>(cur);
     } else {
@@ -749,33 +773,29 @@ MJ_DEVICE void produce_fp8_lines(const SparsePrefillArgs& a, const Smem& s, i64 
   const u32 c = lane & 3u, tau = (lane >> 3) & 1u, rho = 2u * ((lane >> 4) & 1u) + ((lane >> 2) & 1u);
   const u32 rib = 4u * w + rho, sw = rib & 7u;
   const u32 dst0 = rib * 128u + (((2u * c) ^ sw) << 4);  // chunk 2c; 2c + 1 is dst0 ^ 16
-  Fp8LineProducer<C> p{s};
+  Fp8LineProducer<C> p{a, s};
   p.kv_c = static_cast<const unsigned char*>(a.kv_blocks) + c * 16u;
-  p.kv_t = p.kv_c + tau * 64u;
-  p.tau = tau;
-  p.scales = a.kv_scales;
+  p.tau64 = tau * 64u;
   p.policy = sm90::l2_policy_evict_last();
   p.par = static_cast<u32>(reinterpret_cast<u64>(a.kv_blocks) >> 6) & 1u;
   p.d_t = s.k[0] + dst0 + tau * static_cast<u32>(kTileBytes);
-  p.own_b = static_cast<int>(lane & 1u);
-  p.own_row = static_cast<int>(16u * (2u * ((lane >> 1) & 1u) + ((lane >> 3) & 1u)) + rib);
+  p.own = static_cast<int>(64u * (lane & 1u) + 16u * (2u * ((lane >> 1) & 1u) + ((lane >> 3) & 1u)) + rib);
   p.pbits = 0u;
   const u32* token_indices = a.indices + token * a.indices_stride;
-  // As in produce_fp8: the owned row's encoded index is loaded two steps ahead and resolved one step
-  // ahead.
-  auto load_idx = [&](int step) { return load_slot(token_indices, (2 * step + p.own_b) * kBlockKeys + p.own_row, topk_len); };
-  int idx = load_idx(0);
-  p.cur = resolve_index<C>(a, idx);
-  idx = load_idx(1);
+  // The owned row's encoded index of step + 1 is loaded at the top of step (its DRAM latency then
+  // overlaps 2/3 of the step) and resolved in chunk 36 - window, whose refill loads the first chunk of
+  // step + 1 (see chunk()).
+  auto load_idx = [&](int step) { return load_slot(token_indices, 2 * kBlockKeys * step + p.own, topk_len); };
+  p.cur = resolve_index<C>(a, load_idx(0));
   p.template prefetch<0>();
   for (int step = 0; step < steps; ++step) {
-    p.nxt = resolve_index<C>(a, idx);  // step + 1 (slots past topk_len resolve to kNoRow)
-    idx = load_idx(step + 2);
+    p.idx = load_idx(step + 1);  // past the last step every slot is >= topk_len: no load
     // The per-row scale is fetched here and published at the stage's first half (block 0: after
     // the empty wait of chunk 0, block 1: at chunk 8). Fetching it a step ahead instead keeps one
-    // more register live across the step, and ptxas then spills the in-flight index load
-    // (an STL right behind the LDG: a DRAM round trip per step).
-    if constexpr (C::kRowScale) p.scale = p.cur != kNoRow ? sm90::ldg_f32_ordered(p.scales + p.cur) : 0.0f;
+    // more register live across the step: with indices two steps ahead ptxas spilled the in-flight
+    // index load (an STL right behind the LDG: a DRAM round trip per step); fetched beside the
+    // resolution in chunk 36 - window it costs 4 more spill loads per step (window 9).
+    if constexpr (C::kRowScale) p.scale = p.cur != kNoRow ? sm90::ldg_f32_ordered(a.kv_scales + p.cur) : 0.0f;
     p.template chunk<0>((static_cast<u32>(step) & 1u) ^ 1u);
     p.cur = p.nxt;
   }
