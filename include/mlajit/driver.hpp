@@ -49,6 +49,10 @@ class DeviceBuffer {
   void upload(const void* host, size_t bytes, size_t offset = 0);
   void download(void* host, size_t bytes, size_t offset = 0) const;
   void fill_bytes(uint8_t value);  // cuMemsetD8 (e.g. 0xFF = NaN poison for f32/bf16)
+  // The first `bytes` of `src` into the first `bytes` of this buffer, device to device, enqueued on
+  // `s` (cuMemcpyDtoDAsync; nullptr = the legacy default stream). Throws Error(InvalidArgument)
+  // when `bytes` exceeds either buffer.
+  void copy_from(const DeviceBuffer& src, size_t bytes, Stream s = nullptr);
   TensorView view(DType t, std::initializer_list<int64_t> dims) const { return TensorView(ptr_, t, dims); }
 
  private:

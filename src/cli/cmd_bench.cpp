@@ -64,6 +64,9 @@ void print_summary(const std::string& op, const nlohmann::json& r) {
                 op.c_str(), r["ms"]["median"].get<double>(), r["ms"]["min"].get<double>(), r["ms"]["max"].get<double>(),
                 r["gbps"].get<double>(), r["pct_of_copy_bw"].get<double>(), r["copy_bw_gbps"].get<double>(),
                 r["gbps_back_to_back"].get<double>());
+    const auto& cp = r["same_harness_copy"];
+    std::printf("  same harness, cuMemcpyDtoD of the same bytes: %.4f ms, %.0f GB/s; op = %.1f%% of it\n",
+                cp["ms_median"].get<double>(), cp["gbps"].get<double>(), cp["pct"].get<double>());
   }
 }
 

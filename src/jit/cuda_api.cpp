@@ -44,6 +44,7 @@ struct Loaded {
                bind(lib, "cuLaunchKernelEx", a.cuLaunchKernelEx) & bind(lib, "cuMemAlloc_v2", a.cuMemAlloc) &
                bind(lib, "cuMemFree_v2", a.cuMemFree) & bind(lib, "cuMemcpyHtoD_v2", a.cuMemcpyHtoD) &
                bind(lib, "cuMemcpyDtoH_v2", a.cuMemcpyDtoH) & bind(lib, "cuMemsetD8_v2", a.cuMemsetD8) &
+               bind(lib, "cuMemcpyDtoDAsync_v2", a.cuMemcpyDtoDAsync) &
                bind(lib, "cuStreamCreate", a.cuStreamCreate) & bind(lib, "cuStreamDestroy_v2", a.cuStreamDestroy) &
                bind(lib, "cuStreamSynchronize", a.cuStreamSynchronize) & bind(lib, "cuEventCreate", a.cuEventCreate) &
                bind(lib, "cuEventDestroy_v2", a.cuEventDestroy) & bind(lib, "cuEventRecord", a.cuEventRecord) &

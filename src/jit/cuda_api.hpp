@@ -73,6 +73,7 @@ struct Api {
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);       // _v2
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);             // _v2
   CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);       // _v2
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);  // _v2
   CUresult (*cuStreamCreate)(CUstream*, unsigned);
   CUresult (*cuStreamDestroy)(CUstream);                            // _v2
   CUresult (*cuStreamSynchronize)(CUstream);

@@ -165,6 +165,13 @@ void DeviceBuffer::fill_bytes(uint8_t value) {
   if (bytes_) check(api().cuMemsetD8(dptr(ptr_), value, bytes_), "cuMemsetD8");
 }
 
+void DeviceBuffer::copy_from(const DeviceBuffer& src, size_t bytes, Stream s) {
+  check_range(bytes, 0, bytes_, "DeviceBuffer::copy_from (destination)");
+  check_range(bytes, 0, src.bytes_, "DeviceBuffer::copy_from (source)");
+  if (bytes)
+    check(api().cuMemcpyDtoDAsync(dptr(ptr_), dptr(src.ptr_), bytes, static_cast<CUstream>(s)), "cuMemcpyDtoDAsync");
+}
+
 // ---- events and streams -------------------------------------------------------------------------
 
 EventTimer::EventTimer() {
