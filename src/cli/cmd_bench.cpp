@@ -65,8 +65,11 @@ void print_summary(const std::string& op, const nlohmann::json& r) {
                 r["gbps"].get<double>(), r["pct_of_copy_bw"].get<double>(), r["copy_bw_gbps"].get<double>(),
                 r["gbps_back_to_back"].get<double>());
     const auto& cp = r["same_harness_copy"];
-    std::printf("  same harness, cuMemcpyDtoD of the same bytes: %.4f ms, %.0f GB/s; op = %.1f%% of it\n",
-                cp["ms_median"].get<double>(), cp["gbps"].get<double>(), cp["pct"].get<double>());
+    if (cp.contains("error"))
+      std::printf("  same harness, cuMemcpyDtoD of the same bytes: %s\n", cp["error"].get<std::string>().c_str());
+    else
+      std::printf("  same harness, cuMemcpyDtoD of the same bytes: %.4f ms, %.0f GB/s; op = %.1f%% of it\n",
+                  cp["ms_median"].get<double>(), cp["gbps"].get<double>(), cp["pct"].get<double>());
   }
 }
 

@@ -166,6 +166,9 @@ void DeviceBuffer::fill_bytes(uint8_t value) {
 }
 
 void DeviceBuffer::copy_from(const DeviceBuffer& src, size_t bytes, Stream s) {
+  // cuMemcpyDtoD on overlapping ranges is undefined; two distinct allocations never overlap.
+  if (&src == this && bytes)
+    throw_invalid("DeviceBuffer::copy_from source", "the destination buffer itself", "a different buffer");
   check_range(bytes, 0, bytes_, "DeviceBuffer::copy_from (destination)");
   check_range(bytes, 0, src.bytes_, "DeviceBuffer::copy_from (source)");
   if (bytes)

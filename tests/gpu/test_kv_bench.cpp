@@ -65,6 +65,8 @@ TEST_CASE("DeviceBuffer::copy_from copies the first bytes on a stream and range-
   CHECK_THROWS_AS(dst2.copy_from(src, n + 1), Error);      // past the destination
   CHECK_THROWS_AS(dst.copy_from(src, n + 65), Error);      // past the source (n + 64 bytes)
   CHECK_THROWS_AS(src.copy_from(dst, n + 128), Error);     // past the destination this time
+  CHECK_THROWS_AS(dst2.copy_from(dst2, 16), Error);        // onto itself: overlapping ranges
+  dst2.copy_from(dst2, 0);                                  // zero bytes stay a no-op
 }
 
 TEST_CASE("bench kv_cache_store / gather: same_harness_copy times a copy of the op's bytes") {
@@ -93,7 +95,7 @@ TEST_CASE("bench kv_cache_store / gather: same_harness_copy times a copy of the 
 }
 
 TEST_CASE("mlajit bench kv_cache_gather prints the same-harness copy line") {
-  const auto r = mlajit::testing::run_shell(cli_path() +
+  const auto r = mlajit::testing::run_shell("'" + cli_path() + "'" +
                                             " bench kv_cache_gather --shape tokens=4096,dtype=bf16 --reps 3 2>&1");
   INFO(r.text);
   CHECK(r.code == 0);

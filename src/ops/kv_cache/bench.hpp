@@ -35,7 +35,8 @@ constexpr double kDeviceCopyGBps = 3000.0;
 //   {"op", "params", "shape", "device", "reps", "buffer_sets", "bytes_read", "bytes_written", "bytes",
 //    "ms": {"median", "min", "max"}, "ms_back_to_back", "gbps", "gbps_back_to_back",
 //    "pct_of_copy_bw", "copy_bw_gbps",
-//    "same_harness_copy": {"bytes", "ms_median", "ms_min", "gbps", "pct"}}
+//    "same_harness_copy": {"bytes", "ms_median", "ms_min", "gbps", "pct"} or {"bytes", "error"} when
+//    its two buffers do not fit beside the op's}
 // where gbps = bytes / median time and pct_of_copy_bw = gbps / kDeviceCopyGBps. same_harness_copy
 // times cuMemcpyDtoDAsync of bytes / 2 (so `bytes` read + written, like the op) in the same loop,
 // interleaved with the op's launches (L2 flushed, events around the one call); its pct = the op's
