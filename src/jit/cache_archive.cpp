@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/hmac.hpp"
+#include "core/little_endian.hpp"
 #include "core/sha256.hpp"
 #include "mlajit/error.hpp"
 #include "mlajit/version.hpp"
@@ -21,14 +22,8 @@ constexpr size_t kArchiveHeader = 52;
 constexpr size_t kSignatureBytes = 32;
 constexpr const char* kSignatureDomain = "mlajit cache archive v1";
 
-void put_u32(std::string& s, uint32_t v) {
-  for (int i = 0; i < 4; ++i) s += static_cast<char>(v >> (8 * i));
-}
-uint32_t get_u32(const std::string& s, size_t off) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= uint32_t(static_cast<uint8_t>(s[off + i])) << (8 * i);
-  return v;
-}
+using le::get_u32;
+using le::put_u32;
 
 std::string sign(const std::string& key, const std::string& manifest) {
   HmacSha256 h(key);

@@ -22,6 +22,7 @@
 #include "mlajit/log.hpp"
 #include "mlajit/version.hpp"
 #include "core/sha256.hpp"
+#include "core/little_endian.hpp"
 
 namespace mlajit {
 
@@ -33,17 +34,8 @@ constexpr const char* kEntrySuffix = ".mjc";
 constexpr const char* kLockSuffix = ".lock";
 constexpr const char* kTempSuffix = ".tmp";
 
-void put_u32(std::string& s, uint32_t v) {
-  for (int i = 0; i < 4; ++i) s += static_cast<char>(v >> (8 * i));
-}
-void put_u64(std::string& s, uint64_t v) {
-  for (int i = 0; i < 8; ++i) s += static_cast<char>(v >> (8 * i));
-}
-uint64_t get_le(const std::string& s, size_t off, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= uint64_t(static_cast<uint8_t>(s[off + i])) << (8 * i);
-  return v;
-}
+using le::put_u32;
+using le::put_u64;
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -157,9 +149,9 @@ Parsed parse_entry(const std::string& data, const std::string& key) {
   };
   if (data.size() < kHeaderSize) return bad(fmt::format("truncated: {} bytes, shorter than the {}-byte header", data.size(), kHeaderSize));
   if (std::memcmp(data.data(), kMagic, 8) != 0) return bad("bad magic (not an mlajit cache entry)");
-  uint64_t version = get_le(data, 8, 4);
+  uint64_t version = le::get(data, 8, 4);
   if (version != kCacheFormatVersion) return bad(fmt::format("format version {}, expected {}", version, kCacheFormatVersion));
-  uint64_t meta_len = get_le(data, 12, 4), payload_len = get_le(data, 16, 8);
+  uint64_t meta_len = le::get(data, 12, 4), payload_len = le::get(data, 16, 8);
   if (data.compare(24, 64, key) != 0) return bad("the key in the header does not match the file name");
   if (kHeaderSize + meta_len + payload_len != data.size())
     return bad(fmt::format("size {} bytes, header says {}", data.size(), kHeaderSize + meta_len + payload_len));
@@ -399,7 +391,7 @@ std::optional<CacheEntry> DiskCache::find_by_base_key(const std::string& base_ke
     if (!is_key(l.key) || l.mtime < best_mtime) continue;
     ReadResult r = read_entry_file(l.path, l.read_only, /*touch=*/false);
     if (!r.reason.empty() || r.data.size() < kHeaderSize) continue;
-    uint64_t meta_len = get_le(r.data, 12, 4);
+    uint64_t meta_len = le::get(r.data, 12, 4);
     if (kHeaderSize + meta_len > r.data.size()) continue;
     if (r.data.find("\"base_key\":\"" + base_key + "\"", kHeaderSize) >= kHeaderSize + meta_len) continue;
     if (auto e = get(l.key)) {  // full verification (and LRU touch) of the candidate
@@ -438,7 +430,7 @@ std::vector<CacheListing> DiskCache::list_layer(const CacheLayer& layer) const {
     l.name = l.arch = "?";
     ReadResult r = read_entry_file(l.path, l.read_only, /*touch=*/false);
     if (r.reason.empty() && r.data.size() >= kHeaderSize) {
-      uint64_t meta_len = get_le(r.data, 12, 4);
+      uint64_t meta_len = le::get(r.data, 12, 4);
       if (kHeaderSize + meta_len <= r.data.size()) {
         try {
           auto m = CacheEntryMeta::from_json(r.data.substr(kHeaderSize, meta_len));

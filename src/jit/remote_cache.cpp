@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "core/hmac.hpp"
+#include "core/little_endian.hpp"
 #include "core/sha256.hpp"
 #include "mlajit/config.hpp"
 #include "mlajit/error.hpp"
@@ -27,14 +28,8 @@ constexpr size_t kWrapHeader = 48;
 constexpr const char* kEntryDomain = "mlajit-remote-entry-v1";
 constexpr size_t kMinKeyBytes = 16;
 
-void put_u32(std::string& s, uint32_t v) {
-  for (int i = 0; i < 4; ++i) s += static_cast<char>(v >> (8 * i));
-}
-uint32_t get_u32(const std::string& s, size_t off) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= uint32_t(static_cast<uint8_t>(s[off + i])) << (8 * i);
-  return v;
-}
+using le::get_u32;
+using le::put_u32;
 
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
