@@ -24,6 +24,7 @@
 #include "mlajit/compiler.hpp"
 #include "mlajit/config.hpp"
 #include "mlajit/error.hpp"
+#include "unit/fake_entry_meta.hpp"
 
 using namespace mlajit;
 namespace fs = std::filesystem;
@@ -31,16 +32,7 @@ using mlajit::testing::TempDir;
 
 namespace {
 
-CacheEntryMeta layer_meta() {
-  CacheEntryMeta m;
-  m.name = "layer";
-  m.op = "sparse_index_remap";
-  m.params_json = R"({"page_size":64,"threads":256})";
-  m.entries = {{"mj_entry", 256, 0}};
-  m.arch = "sm_90a";
-  m.nvrtc_version = "13.0 (test)";
-  return m;
-}
+CacheEntryMeta layer_meta() { return mlajit::testing::fake_entry_meta("layer"); }
 
 std::string lkey(int i) { return sha256_hex("layer entry " + std::to_string(i)); }
 const std::string kCubin = std::string("\x7f" "ELF", 4) + std::string(2000, 'l');

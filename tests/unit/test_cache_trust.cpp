@@ -13,6 +13,7 @@
 #include "core/sha256.hpp"
 #include "mlajit/cache.hpp"
 #include "mlajit/error.hpp"
+#include "unit/fake_entry_meta.hpp"
 
 using namespace mlajit;
 namespace fs = std::filesystem;
@@ -20,16 +21,7 @@ using mlajit::testing::TempDir;
 
 namespace {
 
-CacheEntryMeta trust_meta() {
-  CacheEntryMeta m;
-  m.name = "trust";
-  m.op = "sparse_index_remap";
-  m.params_json = R"({"page_size":64,"threads":256})";
-  m.entries = {{"mj_entry", 256, 0}};
-  m.arch = "sm_90a";
-  m.nvrtc_version = "13.0 (test)";
-  return m;
-}
+CacheEntryMeta trust_meta() { return mlajit::testing::fake_entry_meta("trust"); }
 
 std::string tkey(int i) { return sha256_hex("trust entry " + std::to_string(i)); }
 const std::string kCubin = std::string("\x7f" "ELF", 4) + std::string(3000, 't');
