@@ -195,14 +195,19 @@ std::vector<Path> available_paths(const SparsePrefillParams& p) {
   return paths;
 }
 
-void run_case(const Case& c, uint64_t seed) {
-  const SparsePrefillParams p = params_of(c);
+// The random problem of a case (tokens, stride, kv tokens, softmax scale from the case).
+ref::SparsePrefillProblem problem_of(const Case& c, uint64_t seed) {
   ref::SparsePrefillShape s;
   s.num_tokens = c.tokens;
   s.indices_stride = c.stride;
   s.kv_tokens = std::max<int64_t>(c.kv_tokens, c.stride);
   s.softmax_scale = c.softmax_scale;
-  const auto pb = ref::make_random_problem(p, s, seed);
+  return ref::make_random_problem(params_of(c), s, seed);
+}
+
+void run_case(const Case& c, uint64_t seed) {
+  const SparsePrefillParams p = params_of(c);
+  const auto pb = problem_of(c, seed);
   const auto r = ref::sparse_prefill_reference(pb);
   DeviceProblem d(pb);
   for (Path path : available_paths(p)) check_outputs(c, pb, r, run_on_device(pb, d, path), path);
@@ -267,10 +272,7 @@ TEST_SUITE("sparse_prefill") {
     for (const Case& c : cases) {
       CAPTURE(c.name);
       const SparsePrefillParams p = params_of(c);
-      ref::SparsePrefillShape s;
-      s.num_tokens = c.tokens;
-      s.indices_stride = c.stride;
-      const auto pb = ref::make_random_problem(p, s, 77);
+      const auto pb = problem_of(c, 77);
       DeviceProblem d(pb);
       for (Path path : available_paths(p)) {
         const Outputs a = run_on_device(pb, d, path), b = run_on_device(pb, d, path);
@@ -293,10 +295,7 @@ TEST_SUITE("sparse_prefill") {
     for (const Case& c : cases) {
       CAPTURE(c.name);
       const SparsePrefillParams p = params_of(c);
-      ref::SparsePrefillShape s;
-      s.num_tokens = c.tokens;
-      s.indices_stride = c.stride;
-      const auto pb = ref::make_random_problem(p, s, seed++);
+      const auto pb = problem_of(c, seed++);
       const auto r = ref::sparse_prefill_reference(pb);
       for (Path path : available_paths(p)) {
         DeviceProblem aligned(pb);
@@ -316,10 +315,7 @@ TEST_SUITE("sparse_prefill") {
   TEST_CASE("sparse_prefill: zero tokens launch nothing; the automatic path matches a forced one") {
     const Case c{"fp8 sbs64 h64 s3", DType::fp8_e4m3, 64, 3, 128, 64, 64, 64, false, true};
     const SparsePrefillParams p = params_of(c);
-    ref::SparsePrefillShape s;
-    s.num_tokens = c.tokens;
-    s.indices_stride = c.stride;
-    const auto pb = ref::make_random_problem(p, s, 5);
+    const auto pb = problem_of(c, 5);
     DeviceProblem d(pb);
     const Outputs a = run_on_device(pb, d, Path::automatic);
     const Path chosen = sparse_prefill::resolve_path(p, Runtime::global().arch(), Path::automatic);
