@@ -453,6 +453,26 @@ MJ_DEVICE u32 fma_bf16x2(u32 a, u32 b, u32 c) {
   return r;
 }
 
+// The end of chunk I shared by both fp8 producers (Fp8Producer, Fp8LineProducer): refill the
+// chunk's ring slot with the chunk kWindow ahead (the next step's once past this one), publish the
+// half after its last chunk (release; the consumers fence after acquiring, wait_full), go on with
+// chunk I + 1.
+template <class C, int I, class Producer>
+MJ_DEVICE void end_fp8_chunk(Producer& pr, u32 empty_parity) {
+  using Plan = Fp8Plan;
+  constexpr int kWindow = Producer::kWindow, h = Plan::half_of(I);
+  if constexpr (I + kWindow < Plan::kChunks) {
+    pr.template load<I + kWindow>(pr.cur);
+  } else {
+    pr.template load<I + kWindow - Plan::kChunks>(pr.nxt);
+  }
+  if constexpr (I == Plan::first_chunk(h) + 2 * Plan::tiles(h) - 1) {
+    if constexpr (C::kProducerFence) sm90::fence_proxy_async_smem();
+    sm90::mbar_arrive(pr.s.full[Plan::stage(h)][Plan::side(h)]);
+  }
+  if constexpr (I + 1 < Plan::kChunks) pr.template chunk<I + 1>(empty_parity);
+}
+
 // The fp8 producer's per-thread state; chunk<I>() handles chunk I of a step with every index a
 // compile-time constant (template recursion rather than a loop the compiler might not fold).
 #ifndef MJ_SP90_F16_WINDOW
@@ -559,17 +579,7 @@ struct Fp8Producer {
     const u32 dst = s.k[st] + tile * kTileBytes + static_cast<u32>(g + 32 * k) * 128u;
     sm90::sts128(dst + (((2u * c) ^ sw) << 4), out[0], out[1], out[2], out[3]);
     sm90::sts128(dst + (((2u * c + 1u) ^ sw) << 4), out[4], out[5], out[6], out[7]);
-    // Refill the slot with the chunk kWindow ahead (the next step's once past this one).
-    if constexpr (I + kWindow < Plan::kChunks) {
-      load<I + kWindow>(cur);
-    } else {
-      load<I + kWindow - Plan::kChunks>(nxt);
-    }
-    if constexpr (I == Plan::first_chunk(h) + 2 * Plan::tiles(h) - 1) {
-      if constexpr (C::kProducerFence) sm90::fence_proxy_async_smem();
-      sm90::mbar_arrive(s.full[st][side]);  // release; the consumers fence after acquiring (wait_full)
-    }
-    if constexpr (I + 1 < Plan::kChunks) chunk<I + 1>(empty_parity);
+    end_fp8_chunk<C, I>(*this, empty_parity);
   }
 
   template <int I>
@@ -747,16 +757,7 @@ struct Fp8LineProducer {
     // The next step's row is resolved where its first load needs it: its index was loaded at the
     // step's top (2/3 of a step earlier), and neither it nor the row stays live across a whole step.
     if constexpr (I == Plan::kChunks - kWindow) nxt = resolve_index<C>(a, idx);
-    if constexpr (I + kWindow < Plan::kChunks) {
-      load<I + kWindow>(cur);
-    } else {
-      load<I + kWindow - Plan::kChunks>(nxt);
-    }
-    if constexpr (I == Plan::first_chunk(h) + 2 * Plan::tiles(h) - 1) {
-      if constexpr (C::kProducerFence) sm90::fence_proxy_async_smem();
-      sm90::mbar_arrive(s.full[st][side]);
-    }
-    if constexpr (I + 1 < Plan::kChunks) chunk<I + 1>(empty_parity);
+    end_fp8_chunk<C, I>(*this, empty_parity);
   }
 
   template <int I>
