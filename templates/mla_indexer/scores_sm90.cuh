@@ -47,8 +47,6 @@ struct ScoresSm90 {
   static constexpr int kConsumerRegs = 112;
   static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 96 * kThreads,
                 "setmaxnreg budget: the registers of a 640-thread CTA at 96 per thread");
-  // Tiles the producer keeps in flight before it signals the oldest one (must be < STAGES).
-  static constexpr int kLag = STAGES > 2 ? STAGES - 2 : 1;
 
   static constexpr unsigned kQBytes = kBlockQ * H * kDepth;          // 64 KiB
   static constexpr unsigned kKTileBytes = kTileKeys * kDepth;        // 8 KiB
@@ -109,6 +107,7 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
       mbar_init(full_bar + 8 * s, 32);  // every producer lane arrives after its copies landed
       mbar_init(empty_bar + 8 * s, C::kConsumerThreads);  // every consumer thread arrives
     }
+    mbar_init_fence();  // the cp.async arrivals come through the async unit
   }
   // Q tile of the block (swizzled rows of 128 bytes; rows of invalid tokens are zero) and the
   // head weights.
@@ -139,7 +138,7 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
     // ---------------- producer warp: paged gathers of 64-key tiles ----------------
     sm90::setmaxnreg_dec<C::kProducerRegs>();
     if (warp != C::kConsumerThreads / 32) return;
-    u32 issued = 0, signaled = 0;
+    u32 issued = 0;
     for (int s0 = 0; s0 < C::kBlockQ;) {
       if (!s_valid[s0]) {
         ++s0;
@@ -224,23 +223,20 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
           const float* ssrc = row >= 0 ? a.k_scales + row * a.scale_row_stride : a.k_scales;
           cp_async_4(ks_s + stage * (C::kTileKeys * 4) + r * 4, ssrc, row >= 0 ? 4u : 0u);
         }
-        cp_async_commit();
+        // The tile's full barrier completes when the last lane's copies have landed: each lane's
+        // arrival is triggered by the completion of its own cp.asyncs, so a tile is published as
+        // soon as its data is in shared memory. (v1-v7 published tile t only after issuing tile
+        // t + STAGES - 2 and a cp.async.wait_group, i.e. when the slowest warpgroup released tile
+        // t - 2: every ring depth left the consumers the same 2-tile lead.) The async-proxy fence
+        // the wgmma reads need is on the consumers' side, after their acquire.
+        mbar_arrive_cp_async(full_bar + 8 * stage);
         ++issued;
-        if (issued - signaled > static_cast<u32>(C::kLag)) {
-          cp_async_wait<C::kLag>();
-          fence_proxy_async_smem();
-          mbar_arrive(full_bar + 8 * (signaled % STAGES));
-          ++signaled;
-        }
       }
       s0 = s1;
     }
+    // Leave with no copy in flight (the CTA's shared memory must outlive them).
+    cp_async_commit();
     cp_async_wait<0>();
-    fence_proxy_async_smem();
-    while (signaled < issued) {
-      mbar_arrive(full_bar + 8 * (signaled % STAGES));
-      ++signaled;
-    }
     return;
   }
 
@@ -353,6 +349,8 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
   while (have) {
     cur.stage = consumed % STAGES;
     mbar_wait(full_bar + 8 * cur.stage, (consumed / STAGES) & 1u);
+    // cp.async wrote the tile through the generic proxy; the wgmma reads it through the async one.
+    fence_proxy_async_smem();
     cur.ks = ks_sm[cur.stage * C::kTileKeys + row_lo + 8 * odd];
     const u64 desc_a = sw128_kmajor_desc(k_s + cur.stage * C::kKTileBytes);
     fence_operands(acc);

@@ -28,7 +28,9 @@ MJ_DEVICE void cp_async_wait() {
 // ---- shared primitives (templates/common/) ----------------------------------------------------
 using sm90::fence_proxy_async_smem;
 using sm90::mbar_arrive;
+using sm90::mbar_arrive_cp_async;
 using sm90::mbar_init;
+using sm90::mbar_init_fence;
 using sm90::mbar_wait;
 using sm90::wgmma_commit;
 using sm90::wgmma_fence;
