@@ -22,7 +22,8 @@ ops and their shape keys (defaults in brackets; tokens / keys / topk mean what t
       page_size [64] layers [1] granularity [0=head_size] scale_fmt [fp32] threads [128]
   mla_indexer
       heads [128] tokens [4096] keys [32768: cached + new] topk [2048] page_size [64] mask [causal]
-      stages [0 = heuristic: the scorer's K-tile ring depth, params.num_stages]
+      stages [0 = heuristic: the scorer's K ring depth, params.num_stages]
+      block_kv [0: params.block_kv; 0 / 64 = scorer v8, 256 = v10 (256-key blocks, 128/heads tokens per CTA)]
       (also new_tokens = tokens, cached_tokens = keys - tokens, top_k = topk)
       --anchor LIB.so: also time LIB's anchor_mqa_logits (C ABI in src/ops/mla_indexer/bench.hpp)
   sparse_prefill
@@ -125,6 +126,7 @@ int cmd_bench(const Argv& argv) {
     shape.take_int("topk", "top_k", a.top_k);
     shape.take_int("page_size", a.page_size);
     shape.take_int("stages", a.num_stages);
+    shape.take_int("block_kv", a.block_kv);
     if (auto m = shape.take("mask")) {
       if (*m != "causal" && *m != "none") throw_invalid("--shape mask", *m, "causal | none");
       a.mask = *m == "causal" ? Mask::causal : Mask::none;

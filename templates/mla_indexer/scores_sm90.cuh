@@ -67,6 +67,34 @@ struct alignas(16) Quad {
   float x, y, z, w;
 };
 
+// One warpgroup's head reduction of token tt of its N = TOKENS x H columns: lanes of a quad hold
+// the partial sums of key rows row_lo (lo) and row_lo + 8 (hi) over their H/4 heads (in-thread
+// FFMA chains, heads in this order); the two-step reduce-scatter leaves lanes 0, 2 with row_lo's
+// total and lanes 1, 3 with row_lo + 8's. v8 and v10 (scores_sm90_blk.cuh) share it, so their
+// scores are bit-identical.
+template <int H, int TOKENS>
+__device__ __forceinline__ float head_sum(const float (&acc)[64], const Quad (&wq)[TOKENS][H / 16], int tt, int odd) {
+  float lo = 0.0f, hi = 0.0f;
+#pragma unroll
+  for (int m = 0; m < H / 16; ++m) {
+    const Quad wv = wq[tt][m];
+    const int i = tt * (H / 8) + 2 * m;
+    lo = fmaf(fmaxf(acc[4 * i + 0], 0.0f), wv.x, lo);
+    lo = fmaf(fmaxf(acc[4 * i + 1], 0.0f), wv.y, lo);
+    hi = fmaf(fmaxf(acc[4 * i + 2], 0.0f), wv.x, hi);
+    hi = fmaf(fmaxf(acc[4 * i + 3], 0.0f), wv.y, hi);
+    lo = fmaf(fmaxf(acc[4 * i + 4], 0.0f), wv.z, lo);
+    lo = fmaf(fmaxf(acc[4 * i + 5], 0.0f), wv.w, lo);
+    hi = fmaf(fmaxf(acc[4 * i + 6], 0.0f), wv.z, hi);
+    hi = fmaf(fmaxf(acc[4 * i + 7], 0.0f), wv.w, hi);
+  }
+  // Reduce-scatter over the quad: give away the row the partner keeps, keep the own one.
+  float mine = odd ? hi : lo;
+  mine += __shfl_xor_sync(0xffffffffu, odd ? lo : hi, 1);
+  mine += __shfl_xor_sync(0xffffffffu, mine, 2);
+  return mine;
+}
+
 template <int H, int PAGE_SHIFT, bool CAUSAL, int STAGES>
 __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
   using C = ScoresSm90<H, PAGE_SHIFT, CAUSAL, STAGES>;
@@ -315,24 +343,7 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
     const bool all_visible = tl.kv0 + C::kTileKeys <= tl.wg_all_visible;
 #pragma unroll
     for (int tt = 0; tt < C::kTokPerWg; ++tt) {
-      float lo = 0.0f, hi = 0.0f;
-#pragma unroll
-      for (int m = 0; m < H / 16; ++m) {
-        const Quad wv = wq[tt][m];
-        const int i = tt * (H / 8) + 2 * m;
-        lo = fmaf(fmaxf(acc[4 * i + 0], 0.0f), wv.x, lo);
-        lo = fmaf(fmaxf(acc[4 * i + 1], 0.0f), wv.y, lo);
-        hi = fmaf(fmaxf(acc[4 * i + 2], 0.0f), wv.x, hi);
-        hi = fmaf(fmaxf(acc[4 * i + 3], 0.0f), wv.y, hi);
-        lo = fmaf(fmaxf(acc[4 * i + 4], 0.0f), wv.z, lo);
-        lo = fmaf(fmaxf(acc[4 * i + 5], 0.0f), wv.w, lo);
-        hi = fmaf(fmaxf(acc[4 * i + 6], 0.0f), wv.z, hi);
-        hi = fmaf(fmaxf(acc[4 * i + 7], 0.0f), wv.w, hi);
-      }
-      // Reduce-scatter over the quad: give away the row the partner keeps, keep the own one.
-      float mine = odd ? hi : lo;
-      mine += __shfl_xor_sync(0xffffffffu, odd ? lo : hi, 1);
-      mine += __shfl_xor_sync(0xffffffffu, mine, 2);
+      const float mine = head_sum<H, C::kTokPerWg>(acc, wq, tt, odd);
       bool store = quad < 2;
       if (!all_visible) {
         const int slot = wg * C::kTokPerWg + tt;

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <set>
 #include <sstream>
 #include <string>
@@ -202,20 +203,18 @@ Report compare(const ref::IndexerInputs& in, const MlaIndexerParams& p, const Gp
   return rep;
 }
 
-void run_and_check(const char* name, const ref::IndexerCase& c, MlaIndexerParams p, bool exact,
-                   size_t workspace_rows = 0, bool portable = false) {
-  const ref::IndexerInputs in = ref::make_indexer_inputs(c);
-  p.num_heads = c.num_heads;
-  p.page_size = c.page_size;
-  p.mask = c.mask;
+// One run of one scorer variant against the reference, and its emit = physical twin.
+GpuRun run_and_check_one(const char* name, const ref::IndexerInputs& in, MlaIndexerParams p, bool exact,
+                         size_t workspace_rows, bool portable) {
   p.emit = IndexEmit::logical;
   const GpuRun g = run_gpu(in, p, workspace_rows, portable);
   const bool fp8_mma = !portable && Runtime::global().arch() == "sm_90a";
   const Report rep = compare(in, p, g, exact, fp8_mma);
-  std::printf("  mla_indexer %-30s H%-3d k%-5d %s %s: %d failures (%s), max score error %.2e%s\n", name, p.num_heads,
-              p.top_k, c.mask == Mask::causal ? "causal" : "none  ", fp8_mma ? "wgmma" : "fma  ", rep.failures,
-              rep.kinds().c_str(), rep.worst_score_err, g.one_chunk ? "" : " (several chunks)");
-  INFO(std::string(name) << " H" << p.num_heads << ": " << rep.first);
+  std::printf("  mla_indexer %-30s H%-3d k%-5d p%-4d bkv%-3d %s %s: %d failures (%s), max score error %.2e%s\n", name,
+              p.num_heads, p.top_k, p.page_size, p.block_kv, p.mask == Mask::causal ? "causal" : "none  ",
+              fp8_mma ? "wgmma" : "fma  ", rep.failures, rep.kinds().c_str(), rep.worst_score_err,
+              g.one_chunk ? "" : " (several chunks)");
+  INFO(std::string(name) << " H" << p.num_heads << " block_kv " << p.block_kv << ": " << rep.first);
   CHECK(rep.failures == 0);
 
   // emit = physical: the same selection, remapped through the lookup table.
@@ -232,8 +231,39 @@ void run_and_check(const char* name, const ref::IndexerCase& c, MlaIndexerParams
                 ", got " + std::to_string(phys.out[t * p.top_k + x]);
     }
   }
-  INFO(std::string(name) << " emit physical: " << first);
+  INFO(std::string(name) << " block_kv " << p.block_kv << " emit physical: " << first);
   CHECK(bad == 0);
+  return g;
+}
+
+// Runs the case on every scorer variant of the device: the portable path when asked, else (on
+// sm_90a) v8 (block_kv 0) and v10 (block_kv 256). v10 computes the same function with the same
+// per-thread arithmetic and stores the same keys, so beyond the reference checks its workspace
+// (scores of visible keys, and the NaN fill of the keys no token sees, which neither may write)
+// and its top-k output must equal v8's byte for byte.
+void run_and_check(const char* name, const ref::IndexerCase& c, MlaIndexerParams p, bool exact,
+                   size_t workspace_rows = 0, bool portable = false) {
+  const ref::IndexerInputs in = ref::make_indexer_inputs(c);
+  p.num_heads = c.num_heads;
+  p.page_size = c.page_size;
+  p.mask = c.mask;
+  const bool sm90 = !portable && Runtime::global().arch() == "sm_90a";
+  p.block_kv = 0;
+  const GpuRun v8 = run_and_check_one(name, in, p, exact, workspace_rows, portable);
+  if (!sm90) return;
+  p.block_kv = 256;
+  const GpuRun v10 = run_and_check_one(name, in, p, exact, workspace_rows, portable);
+  INFO(std::string(name) << " H" << p.num_heads << ": block_kv 256 vs 0");
+  CHECK(v10.out == v8.out);
+  if (v8.one_chunk) {
+    CHECK(v10.scores.size() == v8.scores.size());
+    size_t first_diff = v8.scores.size();
+    for (size_t x = 0; x < v8.scores.size() && first_diff == v8.scores.size(); ++x)
+      if (std::memcmp(&v8.scores[x], &v10.scores[x], 4) != 0) first_diff = x;
+    INFO("first differing workspace float: " << first_diff << " (row " << first_diff / std::max<int64_t>(v8.row_stride, 1)
+                                             << ")");
+    CHECK(first_diff == v8.scores.size());
+  }
 }
 
 }  // namespace
@@ -278,6 +308,25 @@ TEST_SUITE("gpu mla_indexer") {
     MlaIndexerParams p;
     p.top_k = 64;
     run_and_check("prefill chunked (ws 100 rows)", c, p, false, 100);
+  }
+
+  TEST_CASE("page sizes 4, 128, 256 and H 32 / 128: pages inside and across v10's 256-key blocks") {
+    // v10 reads one table entry per 64-key quarter (a page of 128 / 256 keys spans 2 / 1 blocks'
+    // quarters at different offsets) and per page below 64 (64 entries per block at page 4); the
+    // visible counts (1 + L + i, L + S) land anywhere inside a block.
+    const int pages[] = {4, 128, 256};
+    const int heads[] = {32, 128, 64};
+    for (int x = 0; x < 3; ++x) {
+      ref::IndexerCase c;
+      c.num_heads = heads[x];
+      c.page_size = pages[x];
+      c.new_tokens = {7, 130, 1, 45};
+      c.cache_lens = {1000, 257, 3000, 0};
+      c.seed = 91 + x;
+      MlaIndexerParams p;
+      p.top_k = 200;
+      run_and_check("pages", c, p, false);
+    }
   }
 
   TEST_CASE("portable (sm_80/sm_89) scores path on the same prefill batch") {

@@ -16,6 +16,7 @@
 #include "mlajit/error.hpp"
 #include "mlajit/ops.hpp"
 #include "mlajit/runtime.hpp"
+#include "ops/mla_indexer/plan.hpp"
 #include "ops/mla_indexer/stages.hpp"
 
 namespace mlajit::bench {
@@ -72,7 +73,8 @@ nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
   p.page_size = a.page_size;
   p.mask = a.mask;
   p.num_stages = a.num_stages;
-  p.validate();
+  p.block_kv = a.block_kv;
+  indexer::layout(p);  // params and the tiling knobs (block_kv, stages), before the GPU is touched
   // A bad --anchor path is reported before the GPU is touched (and without one).
   std::unique_ptr<Anchor> anchor;
   if (!a.anchor.empty()) anchor = std::make_unique<Anchor>(a.anchor);
@@ -183,6 +185,7 @@ nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
   j["mask"] = a.mask == Mask::causal ? "causal" : "none";
   j["reps"] = a.reps;
   j["num_stages"] = a.num_stages;
+  j["block_kv"] = a.block_kv;
   j["arch"] = Runtime::global().arch();
   j["visible_pairs"] = pairs;
   j["workspace_bytes"] = ws_bytes;

@@ -1,5 +1,5 @@
 // Source generator of the mla_indexer family (SPEC §2): three entries in one module,
-//   0 mla_indexer_scores_sm90      fp8 wgmma scores (sm_90a; traps elsewhere)
+//   0 mla_indexer_scores_sm90      fp8 wgmma scores (sm_90a; traps elsewhere): v8 or, with block_kv 256, v10
 //   1 mla_indexer_scores_portable  f32 FMA scores for every other target (sm_80+)
 //   2 mla_indexer_topk             exact top-k (one pass into a candidate list; radix fallback) + emit
 // The op (src/ops/mla_indexer/op.cpp) picks entry 0 or 1 by the device's arch.
@@ -21,7 +21,12 @@ KernelSource generate_mla_indexer(const KernelSpec& spec) {
   src.min_arch = "sm_80";
   std::string& c = src.code;
   c = source_header(spec);
-  c += "#include \"mla_indexer/scores_sm90.cuh\"\n";
+  // The sm90 entry runs v8 (block_kv 0 / 64) or v10 (block_kv 256); the spec's name carries the
+  // knob (_bkv256), so both variants are cached side by side.
+  const char* sm90_header = lay.sm90_blocks ? "mla_indexer/scores_sm90_blk.cuh" : "mla_indexer/scores_sm90.cuh";
+  const char* sm90_struct = lay.sm90_blocks ? "ScoresSm90Blk" : "ScoresSm90";
+  const char* sm90_fn = lay.sm90_blocks ? "scores_sm90_blk" : "scores_sm90";
+  c += fmt::format("#include \"{}\"\n", sm90_header);
   c += "#include \"mla_indexer/scores_portable.cuh\"\n";
   c += "#include \"mla_indexer/topk.cuh\"\n\n";
   c += fmt::format(
@@ -31,7 +36,7 @@ KernelSource generate_mla_indexer(const KernelSpec& spec) {
       "constexpr int kStages = {};\n"
       "constexpr int kTopK = {};\n"
       "constexpr bool kPhysical = {};\n"
-      "using Sm90 = mj::indexer_sm90::ScoresSm90<kHeads, kPageShift, kCausal, kStages>;\n"
+      "using Sm90 = mj::indexer_sm90::{}<kHeads, kPageShift, kCausal, kStages>;\n"
       "using Topk = mj::indexer::TopkSelect<kTopK>;\n"
       "// The host computes the same sizes (src/ops/mla_indexer/plan.hpp); a mismatch is a build error.\n"
       "static_assert(Sm90::kSmemBytes == {}u, \"sm90 scores smem size\");\n"
@@ -42,17 +47,17 @@ KernelSource generate_mla_indexer(const KernelSpec& spec) {
       "static_assert(Topk::kCap == {}, \"top-k candidate capacity\");\n"
       "static_assert(mj::indexer::TopkConfig::kThreads == {}, \"top-k threads\");\n\n",
       p.num_heads, lay.page_shift, p.mask == Mask::causal ? "true" : "false", lay.stages, p.top_k,
-      p.emit == IndexEmit::physical ? "true" : "false", lay.sm90_smem_bytes, lay.sm90_threads, lay.sm90_block_q,
+      p.emit == IndexEmit::physical ? "true" : "false", sm90_struct, lay.sm90_smem_bytes, lay.sm90_threads, lay.sm90_block_q,
       lay.portable_smem_bytes, lay.topk_smem_bytes, lay.topk_candidates, lay.topk_threads);
   c += fmt::format(
       "extern \"C\" __global__ void __launch_bounds__({}, 1) mla_indexer_scores_sm90(const MlaIndexerScoresArgs a) {{\n"
       "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
-      "  mj::indexer_sm90::scores_sm90<kHeads, kPageShift, kCausal, kStages>(a);\n"
+      "  mj::indexer_sm90::{}<kHeads, kPageShift, kCausal, kStages>(a);\n"
       "#else\n"
       "  asm volatile(\"trap;\");  // wgmma needs sm_90a; the host launches the portable entry instead\n"
       "#endif\n"
       "}}\n\n",
-      lay.sm90_threads);
+      lay.sm90_threads, sm90_fn);
   c += fmt::format(
       "extern \"C\" __global__ void __launch_bounds__({}) mla_indexer_scores_portable(const MlaIndexerScoresArgs a) "
       "{{\n"

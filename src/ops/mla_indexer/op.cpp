@@ -135,6 +135,9 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
   MLAJIT_EXPECT(max_keys_per_seq >= 0 && max_keys_per_seq < (int64_t{1} << 31), "max_keys_per_seq",
                 max_keys_per_seq, "an integer in [0, 2^31): the bound on cache_length + new tokens of every sequence");
   MLAJIT_EXPECT(B < (int64_t{1} << 31), "batch", B, "< 2^31");
+  // v10 walks keys in 32-bit ints in steps of 256 (its loop state has no room for 64-bit keys).
+  MLAJIT_EXPECT(!lay.sm90_blocks || max_keys_per_seq <= (int64_t{1} << 31) - 1024, "max_keys_per_seq",
+                max_keys_per_seq, "<= 2^31 - 1024 with params.block_kv 256");
 
   expect_dtype(out, DType::i32, "out");
   expect_ndim(out, 2, "out");
@@ -201,11 +204,13 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
     if ((stages & kIndexerScores) && max_keys_per_seq > 0) {
       LaunchDims d;
       if (sm90) {
-        // Enough CTAs for several waves, but at least 16 tiles (1024 keys) per CTA so the Q load
-        // of a CTA is amortized.
+        // Enough CTAs for several waves (>= 8 per SM over the launch), but at least 1024 keys per
+        // CTA (16 tiles of v8, 4 blocks of v10) so the Q load of a CTA is amortized. A split is a
+        // whole number of ring steps (64 keys in v8, 256 in v10).
         const int64_t qblocks = (rows + lay.sm90_block_q - 1) / lay.sm90_block_q;
+        const int64_t min_tiles = 1024 / lay.sm90_tile_keys;
         int64_t splits = (8 * int64_t{sms} + qblocks - 1) / qblocks;
-        splits = std::max<int64_t>(1, std::min(splits, (tiles + 15) / 16));
+        splits = std::max<int64_t>(1, std::min(splits, (tiles + min_tiles - 1) / min_tiles));
         const int64_t tiles_per_split = (tiles + splits - 1) / splits;
         sa.keys_per_split = static_cast<int>(tiles_per_split * lay.sm90_tile_keys);
         d.grid[0] = static_cast<unsigned>(qblocks);

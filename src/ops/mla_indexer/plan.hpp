@@ -1,6 +1,7 @@
 #pragma once
 // Host-side mirror of the mla_indexer kernels' launch shapes and shared-memory sizes (the
-// templates mla_indexer/scores_sm90.cuh, mla_indexer/scores_portable.cuh, common/topk_sample.cuh, common/topk_radix.cuh).
+// templates mla_indexer/scores_sm90.cuh (v8), mla_indexer/scores_sm90_blk.cuh (v10), mla_indexer/scores_portable.cuh,
+// common/topk_sample.cuh, common/topk_radix.cuh).
 // The generated source static_asserts that both sides agree, so a change on one side that is not
 // made on the other fails the NVRTC compile instead of launching with the wrong size.
 #include <algorithm>
@@ -14,10 +15,13 @@ namespace mlajit::indexer {
 
 struct Layout {
   int page_shift = 0;
-  int stages = 0;             // sm90 K-tile ring depth
+  int stages = 0;             // sm90 ring depth (64-key tiles in v8, 256-key blocks in v10)
+  // sm90 scorer variant, picked by params.block_kv: v8 (0 / 64, templates/mla_indexer/scores_sm90.cuh)
+  // or v10 (256, scores_sm90_blk.cuh).
+  bool sm90_blocks = false;   // v10
   int sm90_threads = 640;     // 4 consumer warpgroups + 1 producer warpgroup (one warp works)
-  int sm90_block_q = 0;       // query tokens per CTA: 4 warpgroups x (128 / H)
-  int sm90_tile_keys = 64;    // keys per MMA tile (M of the wgmma)
+  int sm90_block_q = 0;       // query tokens per CTA: v8 4 warpgroups x (128 / H), v10 128 / H
+  int sm90_tile_keys = 64;    // keys per ring stage (walk step): v8 64 (one MMA tile), v10 256 (4 quarters)
   unsigned sm90_smem_bytes = 0;
   int portable_threads = 256;
   int portable_keys_per_split = 1024;
@@ -39,18 +43,25 @@ inline Layout layout(const MlaIndexerParams& p) {
   p.validate();
   Layout l;
   while ((1 << l.page_shift) < p.page_size) ++l.page_shift;
-  l.sm90_block_q = 4 * (128 / p.num_heads);
+  // v10 does not build page size 1 (its producer spills); block_kv 256 runs v8 there.
+  l.sm90_blocks = p.block_kv == 256 && p.page_size >= 2;
+  l.sm90_block_q = (l.sm90_blocks ? 1 : 4) * (128 / p.num_heads);
+  l.sm90_tile_keys = l.sm90_blocks ? 256 : 64;
   MLAJIT_EXPECT(p.block_q == 0 || p.block_q == l.sm90_block_q, "params.block_q", p.block_q,
-                fmt::format("0 or {} (query tokens per CTA for num_heads {}: 4 warpgroups x 128/num_heads)",
-                            l.sm90_block_q, p.num_heads));
-  MLAJIT_EXPECT(p.block_kv == 0 || p.block_kv == 64, "params.block_kv", p.block_kv,
-                "0 or 64 (keys per wgmma tile)");
-  MLAJIT_EXPECT(p.num_stages == 0 || (p.num_stages >= 2 && p.num_stages <= 8), "params.num_stages", p.num_stages,
-                "0 (heuristic: 6) or 2..8 (K-tile ring depth)");
-  l.stages = p.num_stages == 0 ? 6 : p.num_stages;
+                fmt::format("0 or {} (query tokens per CTA for num_heads {} and block_kv {}: {}128/num_heads)",
+                            l.sm90_block_q, p.num_heads, p.block_kv, l.sm90_blocks ? "" : "4 warpgroups x "));
+  MLAJIT_EXPECT(p.block_kv == 0 || p.block_kv == 64 || p.block_kv == 256, "params.block_kv", p.block_kv,
+                "0 or 64 (v8: keys per wgmma tile) | 256 (v10: 256-key blocks, a 64-key quarter per warpgroup)");
+  // v10: 16 KiB of Q + stages x 33 KiB of K blocks and scales within the 227 KiB of a CTA.
+  const int max_stages = l.sm90_blocks ? 6 : 8;
+  MLAJIT_EXPECT(p.num_stages == 0 || (p.num_stages >= 2 && p.num_stages <= max_stages), "params.num_stages",
+                p.num_stages,
+                fmt::format("0 (heuristic: {}) or 2..{} (ring depth)", l.sm90_blocks ? 4 : 6, max_stages));
+  l.stages = p.num_stages == 0 ? (l.sm90_blocks ? 4 : 6) : p.num_stages;
   const unsigned q_bytes = static_cast<unsigned>(l.sm90_block_q * p.num_heads * 128);
-  const unsigned off_kscale = q_bytes + l.stages * 64u * 128u;
-  const unsigned off_w = off_kscale + l.stages * 64u * 4u;
+  const unsigned tile = static_cast<unsigned>(l.sm90_tile_keys);
+  const unsigned off_kscale = q_bytes + l.stages * tile * 128u;
+  const unsigned off_w = off_kscale + l.stages * tile * 4u;
   // Weights: per token slot 4 quads x (H/4 + 4) floats (padded against bank conflicts).
   const unsigned off_bar = off_w + static_cast<unsigned>(l.sm90_block_q * (p.num_heads + 16) * 4);
   l.sm90_smem_bytes = off_bar + l.stages * 16u + 1024u;
