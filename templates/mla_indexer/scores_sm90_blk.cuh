@@ -19,10 +19,11 @@
 // once per 4 x 128/H (4x the L2 -> SM bytes of v8, the same as DeepGEMM's sm90 MQA logits, whose
 // layout this is).
 //
-// Producer: one warp gathers each block's four 64-key quarters with cp.async (v8's copy pattern:
-// 4 whole 128-byte rows per warp instruction, 128-byte swizzle, one table read per page of
-// >= 64 keys, per-page lane lookups for smaller pages) and publishes the block with
-// cp.async.mbarrier.arrive.noinc (full barrier count 32), as v8 publishes a tile. Quarters that
+// Producer: 4 warps (MJ_IDX10_PRODUCER_WARPS; 1 = one warp for the whole block), warp p gathers
+// quarter p of each block with cp.async (v8's copy pattern: 4 whole 128-byte rows per warp
+// instruction, 128-byte swizzle; one table read per quarter for pages >= 64, per-page lane lookups
+// for pages 2..32; page 1 runs v8) and every producer lane arrives on the block's full barrier
+// with cp.async.mbarrier.arrive.noinc (count 32 x producer warps), as v8 publishes a tile. Quarters that
 // lie wholly past the segment's last visible key are not copied: their warpgroup still runs its
 // MMA on whatever the slot holds (a wgmma under a data-dependent branch is serialized by ptxas,
 // C7520) but stores nothing.
@@ -35,6 +36,11 @@
 #include "mla_indexer/scores_sm90.cuh"
 #include "mla_indexer/sm90_primitives.cuh"
 
+// Producer warps of v10 (ScoresSm90Blk::kProducerWarps): 4 (default) or 1 (or 2).
+#ifndef MJ_IDX10_PRODUCER_WARPS
+#define MJ_IDX10_PRODUCER_WARPS 4
+#endif
+
 namespace mj {
 namespace indexer_sm90 {
 
@@ -43,8 +49,8 @@ struct ScoresSm90Blk {
   static_assert(H == 32 || H == 64 || H == 128, "heads");
   // 16 KiB of Q + STAGES x 33 KiB must fit the 227 KiB of a CTA.
   static_assert(STAGES >= 2 && STAGES <= 6, "stages");
-  // Page 1 (256 table entries per block, 8 per producer lane) spilled in the producer's 32
-  // registers; the host runs v8 for it (plan.hpp).
+  // Page 1 (64 pages per quarter: two table entries per producer lane) is not built; the host runs
+  // v8 for it (plan.hpp).
   static_assert(PAGE_SHIFT >= 1, "page size >= 2");
   static constexpr int kDepth = 128;              // bytes per fp8 row (q head or key)
   static constexpr int kWgs = 4;                  // consumer warpgroups
@@ -54,6 +60,13 @@ struct ScoresSm90Blk {
   static constexpr int kConsumerThreads = 128 * kWgs;
   // Producer warpgroup + setmaxnreg split: as v8 (ScoresSm90 says why).
   static constexpr int kThreads = kConsumerThreads + 128;
+  // Producer warps of the producer warpgroup; warp p copies quarters p, p + kProducerWarps, ... of
+  // every block. 4 (one quarter each, one warp per SM sub-partition): a block moves 4x v8's K bytes
+  // per MMA, and one warp issuing all of it (~360 instructions per block even with the steady-state
+  // copy path) would load its scheduler with 4 x 213 consumer + 360 instructions per 1024 tensor
+  // cycles; spread, each scheduler issues ~4 x 213 + ~90. 1 = one warp copies the four quarters.
+  static constexpr int kProducerWarps = MJ_IDX10_PRODUCER_WARPS;
+  static_assert(kProducerWarps == 1 || kProducerWarps == 2 || kProducerWarps == 4, "producer warps");
   static constexpr int kProducerRegs = 32;
   static constexpr int kConsumerRegs = 112;
   static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 96 * kThreads,
@@ -119,7 +132,7 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
   }
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full_bar + 8 * s, 32);                    // every producer lane arrives after its copies landed
+      mbar_init(full_bar + 8 * s, 32 * C::kProducerWarps);  // every producer lane arrives after its copies landed
       mbar_init(empty_bar + 8 * s, C::kConsumerThreads);  // every consumer thread arrives
     }
     mbar_init_fence();  // the cp.async arrivals come through the async unit
@@ -154,110 +167,117 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
 
   const int warp = tid >> 5, lane = tid & 31;
   if (warp >= C::kConsumerThreads / 32) {
-    // ---------------- producer warp: paged gathers of 256-key blocks ----------------
+    // ---------------- producer warps: paged gathers of 256-key blocks ----------------
     sm90::setmaxnreg_dec<C::kProducerRegs>();
-    if (warp != C::kConsumerThreads / 32) return;
+    if (warp - C::kConsumerThreads / 32 >= C::kProducerWarps) return;
+    // Producer warp pw copies quarters pw, pw + P, ... of each block. Read back from lane 0 so that
+    // the compiler knows it is warp-uniform: the quarter's state then lives in uniform registers
+    // (computed per thread, it spilled ~100 bytes at the producer's 32 registers).
+    const int pw = __shfl_sync(0xffffffffu, warp - C::kConsumerThreads / 32, 0);
     u32 stage = 0, phase = 0;
     int s0 = 0, s1 = 0;
     long long kv_hi = 0;
+    const int chunk = lane & 7, lr = lane >> 3;  // 16-byte chunk of a row, row of 4 (v8's copy pattern)
     for (bool have = next_segment(0, s0, s1, kv_hi); have; have = next_segment(s1, s0, s1, kv_hi)) {
       const int b = s_seq[s0];
       for (long long kv0 = split_lo; kv0 < kv_hi; kv0 += C::kBlockKeys) {
         mbar_wait(empty_bar + 8 * stage, phase ^ 1u);
-        // Keys of the block this segment sees (rows past it are zero-filled or not copied).
-        const int block_keys = static_cast<int>(kv_hi - kv0 < C::kBlockKeys ? kv_hi - kv0 : C::kBlockKeys);
-        // Table reads first, all of the block's at once (one dependent latency per block, not per
-        // quarter). Pages of >= 64 keys: lane q < 4 reads quarter q's page, and a quarter's rows are
-        // contiguous. Smaller pages: lane l reads pages l + 32 e of the block, and every row takes its
-        // page's block from that lane by a shuffle (per-row table reads were 2.6x slower at page 16
-        // in v5).
-        constexpr int kPagesPerBlock = PAGE_SHIFT >= 6 ? 4 : C::kBlockKeys >> PAGE_SHIFT;
-        constexpr int kEntries = (kPagesPerBlock + 31) / 32;  // table entries per lane
-        constexpr int kSmallShift = PAGE_SHIFT < 6 ? PAGE_SHIFT : 0;
-        long long page_row = -1;  // pages >= 64: lane q < 4 holds quarter q's first cache row
-        u32 blk[kEntries];        // pages < 64: lane l holds the block of page l + 32 e (kNoBlock: none)
-        constexpr u32 kNoBlock = 0xffffffffu;
-#pragma unroll
-        for (int e = 0; e < kEntries; ++e) blk[e] = kNoBlock;
-        if constexpr (PAGE_SHIFT >= 6) {
-          if (lane < 4 && lane * C::kQuarterKeys < block_keys)
-            page_row = indexer::key_row(a.lookup_table, a.pages_per_seq, a.num_blocks, a.block_row_stride,
-                                        a.layer_row_offset, PAGE_SHIFT, b, kv0 + lane * C::kQuarterKeys);
-        } else {
-          // Block ids, not rows: 32-bit entries keep the producer within its 32 registers at page 1
-          // (8 entries per lane; 64-bit rows spilled). A block id of 2^32 - 1 would read as unmapped.
-#pragma unroll
-          for (int e = 0; e < kEntries; ++e) {
-            const int pg = lane + 32 * e;
-            const long long page = (kv0 >> kSmallShift) + pg;  // kv0 is a multiple of the page size
-            if (pg < kPagesPerBlock && (pg << kSmallShift) < block_keys && page < a.pages_per_seq) {
-              const u32 v = a.lookup_table[static_cast<long long>(b) * a.pages_per_seq + page];
-              if (v < a.num_blocks) blk[e] = v;
-            }
-          }
-        }
-        // Cache row of block row r for pages < 64 (< 0: not visible or not mapped); every lane calls
-        // it (shuffles).
-        auto small_page_row = [&](int r) -> long long {
-          const int pg = r >> kSmallShift;
-          u32 v = __shfl_sync(0xffffffffu, blk[0], pg & 31);
-#pragma unroll
-          for (int e = 1; e < kEntries; ++e) {
-            const u32 ve = __shfl_sync(0xffffffffu, blk[e], pg & 31);
-            v = (pg >> 5) == e ? ve : v;
-          }
-          const long long row =
-              v == kNoBlock ? -1 : v * a.block_row_stride + a.layer_row_offset + (r & ((1 << kSmallShift) - 1));
-          return r < block_keys ? row : -1;
-        };
         const u32 kdst_block = k_s + stage * C::kStageBytes;
         const u32 sdst_block = ks_s + stage * (C::kBlockKeys * 4);
-        const int chunk = lane & 7;
 #pragma unroll 1
-        for (int qtr = 0; qtr < C::kWgs; ++qtr) {
-          const int r0 = qtr * C::kQuarterKeys;  // first block row of the quarter
-          if (r0 >= block_keys) break;          // the rest of the block is past the segment's keys
+        for (int qtr = pw; qtr < C::kWgs; qtr += C::kProducerWarps) {
+          const long long q0 = kv0 + qtr * C::kQuarterKeys;  // first key of the quarter
+          // Quarters wholly past the segment's keys are not copied (their warpgroup stores nothing).
+          if (q0 >= kv_hi) break;
+          const int quarter_keys = static_cast<int>(kv_hi - q0 < C::kQuarterKeys ? kv_hi - q0 : C::kQuarterKeys);
           const u32 kdst = kdst_block + qtr * C::kQuarterBytes;
-          // Keys: lane = 8 x (row of 4) + 16-byte chunk, so one warp instruction copies 4 whole
-          // 128-byte rows (v8's pattern); the unroll by 4 keeps the producer within 32 registers.
+          const u32 sdst = sdst_block + qtr * (C::kQuarterKeys * 4);
           if constexpr (PAGE_SHIFT >= 6) {
-            const long long row0 = __shfl_sync(0xffffffffu, page_row, qtr);
-            const int quarter_keys = block_keys - r0;  // rows r < quarter_keys are visible
+            // One page holds the whole quarter (quarters start on multiples of 64 keys): one table
+            // read (every lane reads the same entry) and 64 contiguous cache rows.
+            const long long row0 = indexer::key_row(a.lookup_table, a.pages_per_seq, a.num_blocks,
+                                                    a.block_row_stride, a.layer_row_offset, PAGE_SHIFT, b, q0);
             const bool mapped = row0 >= 0;
-            const u8* src = a.k_blocks + (mapped ? row0 : 0) * C::kDepth + chunk * 16;
-#pragma unroll 4
-            for (int it = 0; it < C::kQuarterKeys / 4; ++it) {
-              const int r = 4 * it + (lane >> 3);
-              const bool ok = mapped && r < quarter_keys;
-              cp_async_16(kdst + r * 128 + ((chunk ^ (r & 7)) << 4), ok ? src + r * C::kDepth : a.k_blocks,
-                          ok ? 16u : 0u);
-            }
+            if (mapped && quarter_keys == C::kQuarterKeys) {
+              // Steady state. Lane row lr copies rows 4 it + lr, whose swizzle phase (r & 7)
+              // alternates between lr and lr + 4: two destination bases and immediate offsets
+              // address all 16 copies. (v8's loop, below, spends ~15 instructions per copy on the
+              // per-row address, predicate and size; v10 moves 4x v8's K bytes per MMA.)
+              const u8* src = a.k_blocks + (row0 + lr) * C::kDepth + chunk * 16;
+              const u32 d_even = kdst + lr * 128 + ((chunk ^ lr) << 4);
+              const u32 d_odd = kdst + (lr + 4) * 128 + ((chunk ^ (lr + 4)) << 4);
 #pragma unroll
-            for (int rr = 0; rr < 2; ++rr) {
-              const int r = lane + 32 * rr;
-              const bool ok = mapped && r < quarter_keys;
-              const float* ssrc = ok ? a.k_scales + (row0 + r) * a.scale_row_stride : a.k_scales;
-              cp_async_4(sdst_block + (r0 + r) * 4, ssrc, ok ? 4u : 0u);
+              for (int it = 0; it < C::kQuarterKeys / 4; ++it)
+                cp_async_16_full((it & 1 ? d_odd : d_even) + (it >> 1) * 1024, src + it * 4 * C::kDepth);
+              const float* ssrc = a.k_scales + (row0 + lane) * a.scale_row_stride;
+              cp_async_4_full(sdst + lane * 4, ssrc);
+              cp_async_4_full(sdst + (lane + 32) * 4, ssrc + 32LL * a.scale_row_stride);
+            } else {
+              // Boundary quarter or unmapped page: rows past the segment's keys or unmapped are
+              // zero-filled.
+              const u8* src = a.k_blocks + (mapped ? row0 : 0) * C::kDepth + chunk * 16;
+#pragma unroll 4
+              for (int it = 0; it < C::kQuarterKeys / 4; ++it) {
+                const int r = 4 * it + lr;
+                const bool ok = mapped && r < quarter_keys;
+                cp_async_16(kdst + r * 128 + ((chunk ^ (r & 7)) << 4), ok ? src + r * C::kDepth : a.k_blocks,
+                            ok ? 16u : 0u);
+              }
+#pragma unroll
+              for (int rr = 0; rr < 2; ++rr) {
+                const int r = lane + 32 * rr;
+                const bool ok = mapped && r < quarter_keys;
+                const float* ssrc = ok ? a.k_scales + (row0 + r) * a.scale_row_stride : a.k_scales;
+                cp_async_4(sdst + r * 4, ssrc, ok ? 4u : 0u);
+              }
             }
           } else {
-#pragma unroll 4
+            // Pages of 2..32 keys (v8's per-page lane lookups): lane l reads the table entry of the
+            // quarter's page l once, and every row takes its page's block from that lane by a
+            // shuffle (per-row table reads were 2.6x slower at page 16 in v5). 32-bit block ids, not
+            // 64-bit rows: with rows the producer spilled at its 32 registers.
+            constexpr int kPageShift = PAGE_SHIFT < 6 ? PAGE_SHIFT : 0;
+            constexpr int kPagesPerQuarter = C::kQuarterKeys >> kPageShift;
+            static_assert(kPagesPerQuarter <= 32, "one table entry per lane");
+            constexpr u32 kNoBlock = 0xffffffffu;  // unmapped (a block id of 2^32 - 1 reads as unmapped)
+            u32 blk = kNoBlock;
+            {
+              const long long page = (q0 >> kPageShift) + lane;  // q0 is a multiple of the page size
+              if (lane < kPagesPerQuarter && (lane << kPageShift) < quarter_keys && page < a.pages_per_seq) {
+                const u32 v = a.lookup_table[static_cast<long long>(b) * a.pages_per_seq + page];
+                if (v < a.num_blocks) blk = v;
+              }
+            }
+            // Every lane of the warp calls it (shuffle), with its own r.
+            auto quarter_row = [&](int r) -> long long {
+              const u32 v = __shfl_sync(0xffffffffu, blk, r >> kPageShift);
+              const long long row = v == kNoBlock ? -1
+                                                  : v * a.block_row_stride + a.layer_row_offset +
+                                                        (r & ((1 << kPageShift) - 1));
+              return r < quarter_keys ? row : -1;
+            };
+            // Unrolled by 4 (v8) the loop's hoisted per-row shuffle lanes and offsets spilled at 32
+            // registers; by 2 page 2 still spilled 4 bytes.
+            constexpr int kUnroll = PAGE_SHIFT <= 1 ? 1 : 2;
+#pragma unroll kUnroll
             for (int it = 0; it < C::kQuarterKeys / 4; ++it) {
-              const int r = 4 * it + (lane >> 3);
-              const long long row = small_page_row(r0 + r);
+              const int r = 4 * it + lr;
+              const long long row = quarter_row(r);
               const u8* src = row >= 0 ? a.k_blocks + row * C::kDepth + chunk * 16 : a.k_blocks;
               cp_async_16(kdst + r * 128 + ((chunk ^ (r & 7)) << 4), src, row >= 0 ? 16u : 0u);
             }
 #pragma unroll
             for (int rr = 0; rr < 2; ++rr) {
-              const int r = r0 + lane + 32 * rr;
-              const long long row = small_page_row(r);
+              const int r = lane + 32 * rr;
+              const long long row = quarter_row(r);
               const float* ssrc = row >= 0 ? a.k_scales + row * a.scale_row_stride : a.k_scales;
-              cp_async_4(sdst_block + r * 4, ssrc, row >= 0 ? 4u : 0u);
+              cp_async_4(sdst + r * 4, ssrc, row >= 0 ? 4u : 0u);
             }
           }
         }
-        // Published when the last lane's copies have landed (v8's protocol); the consumers fence the
-        // async proxy after their acquire.
+        // This warp's share of the block is published when its copies have landed (a warp with no
+        // quarter to copy arrives at once); the block is complete when every producer lane arrived.
+        // The consumers fence the async proxy after their acquire (v8's protocol).
         mbar_arrive_cp_async(full_bar + 8 * stage);
         if (++stage == STAGES) {
           stage = 0;
@@ -357,15 +377,15 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
     return ks;
   };
 
-  // The segment's slots [s0, s1) as one register: bits 0-7 = mask of the slots, bits 8-15 = s1
-  // (where the next segment's search starts). Two registers for s0 / s1 spilled.
+  // The segment's slots [s0, s1) as one register, a mask of the slots: s1 (where the next
+  // segment's search starts) is one past its highest bit. Registers for s0 / s1 spilled.
   u32 seg = 0;
   for (;;) {
     long long seg_hi = 0;
     {
       int s0 = 0, s1 = 0;
-      if (!next_segment(static_cast<int>(seg >> 8), s0, s1, seg_hi)) break;
-      seg = (static_cast<u32>(s1) << 8) | (((1u << s1) - 1u) & ~((1u << s0) - 1u));
+      if (!next_segment(32 - __clz(seg), s0, s1, seg_hi)) break;
+      seg = ((1u << s1) - 1u) & ~((1u << s0) - 1u);
     }
     // Key positions fit 32 bits (max_keys < 2^31, checked by the host): int keeps the loop state in
     // fewer registers.
@@ -396,8 +416,15 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
     // Boundary blocks (other warpgroups may still be in the steady loop for the same block: the
     // loops differ per warpgroup only in where they switch, not in the blocks they consume). Store
     // the keys each token of the segment sees: v8 never writes a key at or past a token's visible
-    // count. A quarter wholly past the segment's keys was not copied and stores nothing.
-    for (; kv0 < kv_hi; kv0 += C::kBlockKeys) {
+    // count. A quarter wholly past the segment's keys was not copied and stores nothing. The end of
+    // the segment's keys (kv_hi, as next_segment computed it) is read again from shared memory
+    // rather than kept through the steady loop: at H 32 (4 tokens) that register spilled.
+    long long seg_vis = 0;
+#pragma unroll
+    for (int tt = 0; tt < C::kBlockQ; ++tt)
+      if (((seg >> tt) & 1u) && s_visible[tt] > seg_vis) seg_vis = s_visible[tt];
+    const int kv_end = static_cast<int>(split_lo + a.keys_per_split < seg_vis ? split_lo + a.keys_per_split : seg_vis);
+    for (; kv0 < kv_end; kv0 += C::kBlockKeys) {
       const float ks = mma_block();
       const int j = kv0 + my_row;
       float* const out = out_thr + kv0;

@@ -16,6 +16,13 @@ MJ_DEVICE u32 smem_u32(const void* p) { return sm90::smem_addr(p); }
 MJ_DEVICE void cp_async_16(u32 dst, const void* src, u32 src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
+// All 16 bytes, no zero fill: no source-size operand and no predicate to compute.
+MJ_DEVICE void cp_async_16_full(u32 dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+MJ_DEVICE void cp_async_4_full(u32 dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
 MJ_DEVICE void cp_async_4(u32 dst, const void* src, u32 src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }

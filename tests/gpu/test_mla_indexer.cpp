@@ -310,13 +310,15 @@ TEST_SUITE("gpu mla_indexer") {
     run_and_check("prefill chunked (ws 100 rows)", c, p, false, 100);
   }
 
-  TEST_CASE("page sizes 4, 128, 256 and H 32 / 128: pages inside and across v10's 256-key blocks") {
-    // v10 reads one table entry per 64-key quarter (a page of 128 / 256 keys spans 2 / 1 blocks'
-    // quarters at different offsets) and per page below 64 (64 entries per block at page 4); the
-    // visible counts (1 + L + i, L + S) land anywhere inside a block.
-    const int pages[] = {4, 128, 256};
-    const int heads[] = {32, 128, 64};
-    for (int x = 0; x < 3; ++x) {
+  TEST_CASE("page sizes 1, 4, 128, 256, H 32 / 64 / 128, 2 stages: pages inside and across v10's 256-key blocks") {
+    // v10 reads one table entry per 64-key quarter for pages >= 64 (a page of 128 / 256 keys holds
+    // 2 / 4 quarters, at different offsets) and one per page and producer lane below 64 (16 per
+    // quarter at page 4); page 1 runs v8 under block_kv 256. The visible counts (1 + L + i, L + S)
+    // land anywhere inside a block. The last case runs a 2-deep ring (every phase flips).
+    const int pages[] = {4, 128, 256, 1, 64};
+    const int heads[] = {32, 128, 64, 64, 64};
+    const int stages[] = {0, 0, 0, 0, 2};
+    for (int x = 0; x < 5; ++x) {
       ref::IndexerCase c;
       c.num_heads = heads[x];
       c.page_size = pages[x];
@@ -325,6 +327,7 @@ TEST_SUITE("gpu mla_indexer") {
       c.seed = 91 + x;
       MlaIndexerParams p;
       p.top_k = 200;
+      p.num_stages = stages[x];
       run_and_check("pages", c, p, false);
     }
   }

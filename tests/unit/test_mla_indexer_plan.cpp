@@ -58,7 +58,7 @@ TEST_SUITE("mla_indexer plan") {
     CHECK_THROWS_AS(indexer::layout(p), Error);
   }
 
-  TEST_CASE("block_kv 256 at page size 1 runs v8 (v10's producer does not fit its registers there)") {
+  TEST_CASE("block_kv 256 at page size 1 runs v8 (v10 builds pages >= 2: one table entry per producer lane)") {
     MlaIndexerParams p;
     p.num_heads = 64;
     p.block_kv = 256;

@@ -35,9 +35,10 @@ namespace ops {
 const OpDefinition& mla_indexer_definition() {
   static const OpDefinition d{
       Op::mla_indexer,
-      // block_q and block_kv are fixed by the tiling plan (plan.hpp: block_q = 4 * 128 / H,
-      // block_kv 64); they stay knobs so that a record or a config can pin them, but no sweep tries
-      // other values. The K-tile ring depth is the knob that moves time.
+      // block_kv picks the sm90 scorer (plan.hpp): 0 / 64 = v8 (64-key tiles, block_q = 4 * 128 / H),
+      // 256 = v10 (256-key blocks, block_q = 128 / H); block_q follows from it. Both stay knobs so
+      // that a record or a config can pin them, but no sweep tries other values (v10 is picked by
+      // hand until measured). The ring depth is the knob the tuner sweeps.
       {{"block_kv", "bkv", true, 0, {}}, {"block_q", "bq", true, 0, {}}, {"num_stages", "st", true, 0, {2, 3, 4, 6, 8}}},
       {{"tokens", 4096, true, "new query tokens across the batch"},
        {"batch", 1, true, "sequences"},

@@ -43,7 +43,8 @@ inline Layout layout(const MlaIndexerParams& p) {
   p.validate();
   Layout l;
   while ((1 << l.page_shift) < p.page_size) ++l.page_shift;
-  // v10 does not build page size 1 (its producer spills); block_kv 256 runs v8 there.
+  // v10 does not build page size 1 (64 pages per 64-key quarter: its producer lanes hold one table
+  // entry each); block_kv 256 runs v8 there.
   l.sm90_blocks = p.block_kv == 256 && p.page_size >= 2;
   l.sm90_block_q = (l.sm90_blocks ? 1 : 4) * (128 / p.num_heads);
   l.sm90_tile_keys = l.sm90_blocks ? 256 : 64;
