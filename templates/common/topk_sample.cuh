@@ -21,10 +21,20 @@
 //      Otherwise (the sample misled: fewer than k or more than CAP keys >= t_lo) the row is
 //      handed to the radix select, which is exact on any input. Exactness therefore never
 //      depends on the sample; only the speed does.
-//   4. The k selected entries are bitonic-sorted descending (the order above), in registers and
-//      warp shuffles except for the few stages whose partners are in other warps.
+//   4. The k selected entries are put in descending order (the order above). MJ_TOPK_SORT 1
+//      (default): one 12-bit MSD bucket pass (a monotone map of the entry onto 4096 buckets fitted
+//      to the entries' range, shared-memory atomics), then each entry's rank inside its bucket by
+//      counting the bucket's larger entries; the bitonic network below when a bucket holds more
+//      than kMaxBucket entries (huge ties). MJ_TOPK_SORT 0: always the bitonic network, in
+//      registers and warp shuffles except for the few stages whose partners are in other warps.
 #include "common/topk_radix.cuh"
 #include "common/types.cuh"
+
+// Compile-time switch for step 4 (one binary can A/B both through MLAJIT_TEMPLATE_DIR): 1 = bucket
+// pass + in-bucket ranks (bitonic fallback), 0 = bitonic network only. Same output either way.
+#ifndef MJ_TOPK_SORT
+#define MJ_TOPK_SORT 1
+#endif
 
 namespace mj {
 namespace topk {
@@ -213,8 +223,258 @@ struct SampleTopK {
     }
   }
 
+  // Sorts f.sel[0, kk) descending (kk <= kSortCap; the entries are unique). Ends with a barrier.
+  static MJ_DEVICE void sort_desc(Fast& f, u32 kk) {
+#if MJ_TOPK_SORT
+    sort_desc_buckets(f, kk);
+#else
+    sort_desc_bitonic(f.sel, kk);
+#endif
+  }
+
+  // ---- Bucket sort (MJ_TOPK_SORT 1) ----
+  // The k entries go to 4096 buckets by a map that is non-decreasing in the entry (so buckets
+  // are ordered: every entry of a higher bucket is larger), fitted to the entries' range so that
+  // they spread: at k 2048 most buckets hold 0-3 entries (host emulation on normal, lognormal,
+  // uniform, indexer-like and the GPU tests' rows: largest bucket 5-17). Bucket b's entries are
+  // scattered (arbitrary order) to cand[start(b), end(b)), starts in descending bucket order;
+  // then each entry's final slot is start(b) + the number of larger entries in its bucket. Cost
+  // per thread at k 2048 (sm_90a SASS, 256 threads): ~580 instructions + 25 per 4-entry step of
+  // the rank loop (~10-13 steps: 8 items, each its warp's longest bucket), ~850 in all, against
+  // ~4100 for the 66-stage network (30 of them 16 shuffles each). Exactness never depends on the
+  // map's quality: a too-full bucket (ties of huge multiplicity) takes the network instead.
+  static constexpr int kSortItems = kSortCap >= THREADS ? kSortCap / THREADS : 1;
+  static constexpr int kBucketBits = 12, kBuckets = 1 << kBucketBits;
+  static_assert(kBuckets == kBins, "the bucket counters live in hist");
+  // Largest bucket ranked by counting: bounds the rank loop at kSortItems x kMaxBucket iterations
+  // per thread (each warp runs its lanes' longest bucket).
+  static constexpr u32 kMaxBucket = 32;
+  // The rank loop reads kRankUnroll entries per step and may run past its bucket: the slots
+  // after a bucket hold smaller entries (lower buckets), then kRankUnroll - 1 zeros past kk
+  // (entries are never 0: the position half of an entry is ~position != 0), none of which count.
+  static constexpr int kRankUnroll = 4;
+  // Per-warp partial results (4 x kWarps u32) live in cand past the scattered entries and the
+  // zero padding.
+  static constexpr int kPartOffset = kSortCap + 8;
+  static_assert(kRankUnroll - 1 <= 8, "zero padding fits below the partials");
+  static_assert(kCap >= kPartOffset + 2 * kWarps, "room for the per-warp partials in cand");
+
+  // Monotone bucket map, uniform over the CTA: non-decreasing in the entry, onto [0, kBuckets).
+  // Integer form (kValue false): (p - base) >> shift with p the key half of the entry (linear in
+  // the key, i.e. logarithmic-ish in the score: right for tails spanning binades), or the
+  // position half when all keys are equal (use_lo). Value form (kValue true), for scores of both
+  // signs (finite): linear in the score; the key-linear map would spend most buckets on the
+  // binades near zero.
+  struct BucketMap {
+    u32 base, shift;
+    bool use_lo;
+    float scale, offset;
+  };
+
+  template <bool kValue>
+  static MJ_DEVICE u32 bucket_of(const BucketMap& m, u64 e) {
+    const u32 hi = static_cast<u32>(e >> 32);
+    if (kValue) {
+      // fma(v, scale, offset) is non-decreasing in v (exact product and sum, one monotone
+      // rounding); cvt.rzi.u32 clamps below zero to 0.
+      const u32 b = __float2uint_rz(fmaf(key_value(hi), m.scale, m.offset));
+      return b < static_cast<u32>(kBuckets - 1) ? b : static_cast<u32>(kBuckets - 1);
+    }
+    return ((m.use_lo ? static_cast<u32>(e) : hi) - m.base) >> m.shift;
+  }
+
+  // The float of an order key (inverse of order_key for non-NaN keys).
+  static MJ_DEVICE float key_value(u32 key) {
+    return __uint_as_float((key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key);
+  }
+
+  // Four consecutive bucket counters hist[b, b + 4) (b % 4 == 0) as one access: hist starts
+  // 16-byte aligned unless sel and cand hold an odd number of u64 in all (k = 1), then 8.
+  static constexpr bool kHist16 = (kSortCap + kCap) % 2 == 0;
+  static MJ_DEVICE uint4 load4(const u32* h) {
+    if (kHist16) return *reinterpret_cast<const uint4*>(h);
+    const uint2 a = reinterpret_cast<const uint2*>(h)[0], b = reinterpret_cast<const uint2*>(h)[1];
+    return make_uint4(a.x, a.y, b.x, b.y);
+  }
+  static MJ_DEVICE void store4(u32* h, uint4 v) {
+    if (kHist16) {
+      *reinterpret_cast<uint4*>(h) = v;
+    } else {
+      reinterpret_cast<uint2*>(h)[0] = make_uint2(v.x, v.y);
+      reinterpret_cast<uint2*>(h)[1] = make_uint2(v.z, v.w);
+    }
+  }
+
+  // Shift that maps [0, range] onto [0, kBuckets).
+  static MJ_DEVICE u32 range_shift(u32 range) {
+    const int bits = 32 - __clz(range);
+    return bits > kBucketBits ? static_cast<u32>(bits - kBucketBits) : 0u;
+  }
+
+  static MJ_DEVICE void sort_desc_buckets(Fast& f, u32 kk) {
+    const u32 tid = threadIdx.x, lane = lane_id(), warp = tid >> 5;
+    u32* part = reinterpret_cast<u32*>(f.cand + kPartOffset);  // [4][kWarps]
+    // 1. Range of keys (high halves) and of positions (low halves) of the entries; zero the
+    //    bucket counters meanwhile (their last readers finished before the caller's barrier).
+    u32 kmin = ~0u, kmax = 0u, lmin = ~0u, lmax = 0u;
+#pragma unroll
+    for (int i = 0; i < kSortItems; ++i) {
+      const u32 idx = static_cast<u32>(i * THREADS) + tid;
+      if (idx < kk) {
+        const u64 e = f.sel[idx];
+        const u32 hi = static_cast<u32>(e >> 32), lo = static_cast<u32>(e);
+        kmin = min(kmin, hi);
+        kmax = max(kmax, hi);
+        lmin = min(lmin, lo);
+        lmax = max(lmax, lo);
+      }
+    }
+    static_assert(kBuckets % (4 * THREADS) == 0, "bucket counters per thread");
+#pragma unroll
+    for (int q = 0; q < kBuckets / (4 * THREADS); ++q)
+      store4(&f.hist[4 * (q * THREADS + static_cast<int>(tid))], make_uint4(0u, 0u, 0u, 0u));
+    kmin = __reduce_min_sync(0xffffffffu, kmin);
+    kmax = __reduce_max_sync(0xffffffffu, kmax);
+    lmin = __reduce_min_sync(0xffffffffu, lmin);
+    lmax = __reduce_max_sync(0xffffffffu, lmax);
+    if (lane == 0) {
+      part[0 * kWarps + warp] = kmin;
+      part[1 * kWarps + warp] = kmax;
+      part[2 * kWarps + warp] = lmin;
+      part[3 * kWarps + warp] = lmax;
+    }
+    __syncthreads();
+    {
+      const bool w = lane < static_cast<u32>(kWarps);
+      kmin = __reduce_min_sync(0xffffffffu, w ? part[0 * kWarps + lane] : ~0u);
+      kmax = __reduce_max_sync(0xffffffffu, w ? part[1 * kWarps + lane] : 0u);
+      lmin = __reduce_min_sync(0xffffffffu, w ? part[2 * kWarps + lane] : ~0u);
+      lmax = __reduce_max_sync(0xffffffffu, w ? part[3 * kWarps + lane] : 0u);
+    }
+    BucketMap m;
+    m.scale = 0.f;
+    m.offset = 0.f;
+    // All keys equal: the entries differ in the position half only (lmin < lmax unless kk <= 1).
+    m.use_lo = kmin == kmax;
+    m.base = m.use_lo ? lmin : kmin;
+    m.shift = range_shift(m.use_lo ? lmax - lmin : kmax - kmin);
+    bool value = false;
+    if (!m.use_lo) {
+      // NaN keys (0) decode to NaN and infinities are not finite: such rows keep the key map.
+      const float vmin = key_value(kmin), vmax = key_value(kmax);
+      if (vmin < 0.f && vmax > 0.f && isfinite(vmin) && isfinite(vmax)) {
+        const float scale = static_cast<float>(kBuckets) / (vmax - vmin);
+        if (isfinite(scale) && scale > 0.f) {
+          value = true;
+          m.scale = scale;
+          m.offset = -vmin * scale;
+        }
+      }
+    }
+    const bool done = value ? bucket_passes<true>(f, kk, m) : bucket_passes<false>(f, kk, m);
+    // Ties of huge multiplicity (few distinct scores, NaN-laden short rows): the network. sel is
+    // untouched then.
+    if (!done) sort_desc_bitonic(f.sel, kk);
+  }
+
+  // Steps 2-5 of the bucket sort with map m (after step 1's barrier). Returns false, having
+  // changed nothing in sel, when a bucket holds more than kMaxBucket entries.
+  template <bool kValue>
+  static MJ_DEVICE bool bucket_passes(Fast& f, u32 kk, const BucketMap& m) {
+    const u32 tid = threadIdx.x, lane = lane_id(), warp = tid >> 5;
+    u32* part = reinterpret_cast<u32*>(f.cand + kPartOffset);
+    // 2. Bucket counts.
+#pragma unroll
+    for (int i = 0; i < kSortItems; ++i) {
+      const u32 idx = static_cast<u32>(i * THREADS) + tid;
+      if (idx < kk) atomicAdd(&f.hist[bucket_of<kValue>(m, f.sel[idx])], 1u);
+    }
+    __syncthreads();
+    // 3. Exclusive starts in descending bucket order (thread t owns kPer consecutive buckets,
+    //    the highest to t = 0) and the largest bucket.
+    constexpr int kPer = kBuckets / THREADS;
+    static_assert(kPer % 4 == 0, "uint4 accesses of the counters");
+    const int hi = kBuckets - static_cast<int>(tid) * kPer;
+    // The counters are read twice (sum and maximum, then the starts) rather than held in
+    // registers across the scan.
+    u32 local = 0, cmax = 0;
+#pragma unroll
+    for (int q = 0; q < kPer / 4; ++q) {
+      const uint4 x = load4(&f.hist[hi - kPer + 4 * q]);
+      local += x.x + x.y + x.z + x.w;
+      cmax = max(cmax, max(max(x.x, x.y), max(x.z, x.w)));
+    }
+    u32 inc = local;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const u32 n = __shfl_up_sync(0xffffffffu, inc, off);
+      if (lane >= static_cast<u32>(off)) inc += n;
+    }
+    cmax = __reduce_max_sync(0xffffffffu, cmax);
+    // part[] is free again: step 1's reads of it precede the barrier after step 2.
+    if (lane == 31) part[warp] = inc;
+    if (lane == 0) part[kWarps + warp] = cmax;
+    __syncthreads();
+    const bool w = lane < static_cast<u32>(kWarps);
+    const u32 tot = w ? part[lane] : 0u;
+    const u32 base = __reduce_add_sync(0xffffffffu, lane < warp ? tot : 0u);
+    cmax = __reduce_max_sync(0xffffffffu, w ? part[kWarps + lane] : 0u);
+    if (cmax > kMaxBucket) return false;  // uniform: every thread read the same maxima
+    // Thread t's buckets in descending order: hi - 1 (highest) down to hi - kPer; each group of
+    // four is stored ascending, so its starts are computed from its top bucket down.
+    u32 run = base + inc - local;
+#pragma unroll
+    for (int q = kPer / 4 - 1; q >= 0; --q) {
+      u32* h = &f.hist[hi - kPer + 4 * q];
+      const uint4 x = load4(h);
+      uint4 y;
+      y.w = run;
+      y.z = y.w + x.w;
+      y.y = y.z + x.z;
+      y.x = y.y + x.y;
+      run = y.x + x.x;
+      store4(h, y);
+    }
+    __syncthreads();
+    // 4. Scatter into cand[0, kk), bucket by bucket, at slots handed out by a second round of
+    //    atomics on the starts (nothing kept in registers across the scan); afterwards hist[b]
+    //    is the end of bucket b, i.e. the start of bucket b - 1. Zeros after the entries for the
+    //    rank loop (part[] was last read before the barrier above).
+#pragma unroll
+    for (int i = 0; i < kSortItems; ++i) {
+      const u32 idx = static_cast<u32>(i * THREADS) + tid;
+      if (idx < kk) {
+        const u64 e = f.sel[idx];
+        f.cand[atomicAdd(&f.hist[bucket_of<kValue>(m, e)], 1u)] = e;
+      }
+    }
+    if (tid < static_cast<u32>(kRankUnroll - 1)) f.cand[kk + tid] = 0ull;
+    __syncthreads();
+    // 5. Final slot = bucket start + the bucket's larger entries. Consecutive slots per warp:
+    //    its lanes mostly share buckets (similar loop lengths, broadcast reads).
+#pragma unroll
+    for (int i = 0; i < kSortItems; ++i) {
+      const u32 j = static_cast<u32>(i * THREADS) + tid;
+      if (j < kk) {
+        const u64 e = f.cand[j];
+        const u32 b = bucket_of<kValue>(m, e);
+        const u32 begin = b < static_cast<u32>(kBuckets - 1) ? f.hist[b + 1] : 0u, end = f.hist[b];
+        u32 rank = begin;
+#pragma unroll 1
+        for (u32 x = begin; x < end; x += kRankUnroll) {
+#pragma unroll
+          for (int u = 0; u < kRankUnroll; ++u) rank += f.cand[x + u] > e ? 1u : 0u;
+        }
+        f.sel[rank] = e;
+      }
+    }
+    __syncthreads();
+    return true;
+  }
+
+  // ---- Bitonic network (MJ_TOPK_SORT 0, and the fallback of the bucket sort) ----
   // Bitonic sort of sel[0, pow2(kk)) descending; entries past kk are padding (0, sorts last).
-  static MJ_DEVICE void sort_desc(u64* sel, u32 kk) {
+  static MJ_DEVICE void sort_desc_bitonic(u64* sel, u32 kk) {
     if (kSortCap >= THREADS) {
       for (u32 i = kk + threadIdx.x; i < static_cast<u32>(kSortCap); i += THREADS) sel[i] = 0ull;
       __syncthreads();
@@ -254,8 +514,16 @@ struct SampleTopK {
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
       if ((i & J) == 0) {
-        const u32 e = threadIdx.x * kItems + i;
+#if MJ_TOPK_SORT
+        // e = tid * kItems + i: below kItems the direction bit is a bit of i (known after
+        // unrolling), from kItems on a bit of tid * kItems. Written so because, as the bucket
+        // sort's fallback at k 4096, the form below made ptxas hoist 15 values of e and spill.
+        const bool desc = size < static_cast<u32>(kItems) ? (static_cast<u32>(i) & size) == 0
+                                                         : ((threadIdx.x * kItems) & size) == 0;
+#else
+        const u32 e = threadIdx.x * kItems + i;  // unchanged from before MJ_TOPK_SORT (A/B base)
         const bool desc = (e & size) == 0;
+#endif
         const u64 x = v[i], y = v[i ^ J];
         if ((x < y) == desc) {
           v[i] = y;
@@ -321,7 +589,7 @@ struct SampleTopK {
     if (n <= k) {
       for (u32 p = tid; p < n; p += THREADS) f.sel[p] = sort_entry(order_key(row[p]), p);
       __syncthreads();
-      sort_desc(f.sel, kk);
+      sort_desc(f, kk);
       return f.sel;
     }
     if (tid == 0) {
@@ -407,7 +675,7 @@ struct SampleTopK {
     collect(f, f.cand, C, T);
     __syncthreads();
     // 4. Sort.
-    sort_desc(f.sel, kk);
+    sort_desc(f, kk);
     return f.sel;
   }
 };
