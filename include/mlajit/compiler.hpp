@@ -3,6 +3,7 @@
 // never links libnvrtc). The templates a source includes are handed to NVRTC as named headers, so
 // no CUDA toolkit include path is used. Options are fixed and part of every cache key:
 //   -std=c++17 --gpu-architecture=sm_XX[a] -default-device -DNDEBUG [-lineinfo] [--pch]
+//   [MLAJIT_NVRTC_EXTRA_OPTIONS, split at spaces: development A/B of compiler options]
 // --use_fast_math is never passed: the kernels rely on IEEE division and expf/exp2f accuracy.
 //
 // MLAJIT_DUMP_DIR: every compile writes <base>.cu (includes expanded), <base>.ptx, <base>.cubin and

@@ -33,5 +33,11 @@ std::optional<std::string> dump_dir();
 std::optional<std::string> arch_override();
 // MLAJIT_TEMPLATE_DIR: read templates from this folder instead of the embedded copies.
 std::optional<std::string> template_dir();
+// MLAJIT_NVRTC_EXTRA_OPTIONS: NVRTC options appended to the fixed set (Compiler::options), split at
+// whitespace (no quoting), e.g. "--ptxas-options=-O1" to A/B a compiler option with one binary.
+// Empty when unset. Each item must start with '-'; options that pick the target
+// (-arch / --gpu-architecture) are rejected: the target is the build's `arch`. Throws
+// Error(InvalidArgument) naming the variable otherwise.
+std::vector<std::string> nvrtc_extra_options();
 
 }  // namespace mlajit::config

@@ -165,6 +165,10 @@ std::vector<std::string> Compiler::options(const std::string& arch) const {
   std::vector<std::string> o = {"-std=c++17", "--gpu-architecture=" + arch, "-default-device", "-DNDEBUG"};
   if (line_info_.load(std::memory_order_relaxed)) o.push_back("-lineinfo");
   if (use_pch_.load(std::memory_order_relaxed)) o.push_back("--pch");
+  // Development knob (A/B of compiler options with one binary): appended last so that a repeated
+  // option overrides the fixed one where NVRTC lets the last occurrence win. Being part of the
+  // returned list, it is part of every cache key: cubins built with and without it never mix.
+  for (auto& x : config::nvrtc_extra_options()) o.push_back(std::move(x));
   return o;
 }
 

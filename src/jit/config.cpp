@@ -89,4 +89,30 @@ std::optional<std::string> dump_dir() { return env("MLAJIT_DUMP_DIR"); }
 std::optional<std::string> arch_override() { return env("MLAJIT_ARCH"); }
 std::optional<std::string> template_dir() { return env("MLAJIT_TEMPLATE_DIR"); }
 
+std::vector<std::string> nvrtc_extra_options() {
+  constexpr const char* kName = "MLAJIT_NVRTC_EXTRA_OPTIONS";
+  std::vector<std::string> out;
+  auto v = env(kName);
+  if (!v) return out;
+  const std::string& s = *v;
+  for (size_t i = 0; i < s.size();) {
+    if (std::isspace(static_cast<unsigned char>(s[i]))) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < s.size() && !std::isspace(static_cast<unsigned char>(s[j]))) ++j;
+    std::string o = s.substr(i, j - i);
+    i = j;
+    if (o[0] != '-')
+      throw_invalid(kName, fmt::format("\"{}\" (item \"{}\")", s, o), "NVRTC options separated by spaces, each starting with '-'");
+    // The target is the build's arch (and a cache key input of its own): a second one here would
+    // store a cubin for another GPU under this arch's key.
+    if (o.rfind("-arch", 0) == 0 || o.rfind("--gpu-architecture", 0) == 0)
+      throw_invalid(kName, fmt::format("\"{}\" (item \"{}\")", s, o), "options other than the target (set it with --arch / MLAJIT_ARCH)");
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
 }  // namespace mlajit::config

@@ -80,6 +80,35 @@ TEST_CASE("options: fixed set, never fast math") {
   CHECK_THROWS_AS(Compiler::global().options("sm_75"), Error);
 }
 
+TEST_CASE("MLAJIT_NVRTC_EXTRA_OPTIONS: appended last, part of the cache key, validated") {
+  const auto src = mlajit_test::axpy_source(mlajit_test::axpy_spec(4));
+  std::vector<std::string> base;
+  std::string base_key;
+  {
+    ScopedEnv none("MLAJIT_NVRTC_EXTRA_OPTIONS", "");  // empty = unset
+    base = Compiler::global().options("sm_90a");
+    base_key = cache_key(src, "sm_90a", base, "13.0");
+  }
+  {
+    ScopedEnv env("MLAJIT_NVRTC_EXTRA_OPTIONS", "  --ptxas-options=-O1 \t -DMJ_TEST_EXTRA=1 ");
+    auto o = Compiler::global().options("sm_90a");
+    REQUIRE(o.size() == base.size() + 2);
+    CHECK(std::equal(base.begin(), base.end(), o.begin()));
+    CHECK(o[base.size()] == "--ptxas-options=-O1");
+    CHECK(o[base.size() + 1] == "-DMJ_TEST_EXTRA=1");
+    CHECK(cache_key(src, "sm_90a", o, "13.0") != base_key);  // cubins with and without never mix
+    if (nvrtc_or_skip()) CHECK_FALSE(Compiler::global().compile(src, "sm_90a").cubin.empty());
+  }
+  for (const char* bad : {"O1", "-O1 ptxas", "--gpu-architecture=sm_80", "-arch=sm_80"}) {
+    ScopedEnv env("MLAJIT_NVRTC_EXTRA_OPTIONS", bad);
+    CHECK_THROWS_AS(Compiler::global().options("sm_90a"), Error);
+  }
+  if (nvrtc_or_skip()) {  // an option NVRTC rejects fails the compile with NVRTC's message
+    ScopedEnv env("MLAJIT_NVRTC_EXTRA_OPTIONS", "--no-such-nvrtc-option");
+    CHECK_THROWS_AS(Compiler::global().compile(src, "sm_90a"), Error);
+  }
+}
+
 TEST_CASE("compiles a hand-written kernel to CUBIN for sm_80, sm_90a and sm_100a") {
   if (!nvrtc_or_skip()) return;
   MESSAGE("NVRTC " << Compiler::global().nvrtc_version());
