@@ -280,9 +280,15 @@ struct ThreadSegments {
 
   MJ_DEVICE ThreadSegments(long long num_tokens, int team) {
     if constexpr (Pl::kTokenMajor) {
-      const u64 first = (static_cast<u64>(blockIdx.x) * Pl::kTeams + team) * kS;
-      const u64 t = first / Pl::kSegsPerToken;
-      const int j0 = static_cast<int>(first % Pl::kSegsPerToken);
+      // Thread x = block * teams + team owns segments [x * kS, x * kS + kS), which lie in one token
+      // (kS divides segs_per_token): token x / (segs_per_token / kS), first segment (x % that) * kS.
+      // Written with the quotient so that a thread owning a whole token (kS == segs_per_token, e.g.
+      // MLA g64: 9 of 9) gets j0 = 0 at compile time: every segment offset below is then a
+      // constant and the kS addresses are one base plus immediates (no 64-bit division by kS).
+      constexpr int kThreadsPerToken = Pl::kSegsPerToken / kS;
+      const u64 x = static_cast<u64>(blockIdx.x) * Pl::kTeams + team;
+      const u64 t = x / kThreadsPerToken;
+      const int j0 = static_cast<int>(x % kThreadsPerToken) * kS;
 #pragma unroll
       for (int i = 0; i < kS; ++i) {
         tok[i] = t;
