@@ -200,6 +200,79 @@ struct GroupQuantizer {
   }
 };
 
+// ---- fp8 fast path: bf16 input, fp32 scales (see KvStore::kFastFp32) ---------------------------
+
+// Packed max of two bf16x2 (bf16 orders like its f32 value). max.bf16x2: a NaN half loses (like
+// fmaxf); max.NaN.bf16x2: a NaN half wins, so a non-finite input shows in the result.
+MJ_DEVICE u32 max_bf16x2(u32 a, u32 b) {
+  u32 r;
+  asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+MJ_DEVICE u32 max_nan_bf16x2(u32 a, u32 b) {
+  u32 r;
+  asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
+// group_scale<false> for a finite amax: then q0 = amax * RN(1/448) is finite and the inf test of
+// group_scale never fires (same bits, two instructions fewer per group).
+MJ_DEVICE float group_scale_finite(float amax) {
+  const float a = fmaxf(amax, 1e-4f);
+  const float r448 = 2.23214285e-3f;  // RN(1/448) = 0x3B124925
+  const float q0 = a * r448;
+  const float rem = fmaf(q0, -448.0f, a);  // = fmaf(-q0, 448, a); this form keeps the negation in the constant
+  return fmaf(rem, r448, q0);
+}
+
+// rcp.rn.f32 for an s whose biased exponent is in [1, 252]. ptxas expands rcp.rn.f32 into a range
+// test on the exponent, a call to a slow path for exponents 0 and 253..255, and on every other
+// input MUFU.RCP followed by one Newton step r + r * (1 - s * r) in two fmas (SASS: MUFU.RCP;
+// FFMA e = r * s - 1; FADD.FTZ -e; FFMA r * -e + r). This is that sequence without the test and
+// the branch, so the bits are the same on that range (e = s * r - 1 is 0 or of magnitude >=
+// 2^-48, never subnormal, so the FTZ of the negation does not matter). The scales of a finite
+// group lie in [RN(1e-4 / 448), RN(max bf16 / 448)] = [2^-22.1, 2^119.3]: exponents 105..246.
+// Without the branch the compiler can interleave the groups' scale chains.
+MJ_DEVICE float rcp_rn_normal(float s) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
+  const float e = fmaf(r, s, -1.0f);
+  return fmaf(r, -e, r);
+}
+
+// GroupQuantizer<false>(x) for finite x and a finite scale s (r = RN(1/s)), without the sign
+// fix-up: rem' = q0 * s - x is -rem exactly (the remainder is exact in one fma), so
+// fma(-rem', r, q0) is the same rounding of the same value, except where rem is zero: there the
+// signs of the zeros decide. x = -0: q0 = -0, rem' = -0 * s + +0 = +0, q = -0 * r + -0 = -0; x =
+// +0: q = +0; x != 0 with rem = 0: q = q0 + +-0 = q0 (q0 != 0). Every other quotient has the
+// sign of x already (x / s rounds to a value or a zero of x's sign). So q is bit-identical to
+// GroupQuantizer's, one LOP3 pair per element fewer. (NaN would lose x's sign: the caller
+// takes this path only when its warp has no inf or NaN input.)
+MJ_DEVICE float quotient_finite(float x, float s, float r) {
+  const float q0 = x * r;
+  const float rem_neg = fmaf(q0, s, -x);
+  return fmaf(-rem_neg, r, q0);
+}
+
+// c[idx] for idx < N (N a power of two) as a tree of selects on idx's bits (registers only; c is
+// overwritten).
+template <int N>
+MJ_DEVICE float select_by_index(float (&c)[N], int idx) {
+#pragma unroll
+  for (int half = N / 2; half >= 1; half /= 2) {
+    const bool upper = (idx & half) != 0;
+#pragma unroll
+    for (int k = 0; k < half; ++k) c[k] = upper ? c[k + half] : c[k];
+  }
+  return c[0];
+}
+
+__host__ __device__ constexpr int pow2_ceil(int n) {
+  int p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
 // max(acc, |elements of v|) for the amax of a group; NaN elements are ignored (like fmaxf).
 // bf16 / f16 inputs stay packed: |.| by clearing the sign bits, then one packed max per pair
 // (both formats order like their f32 values). The packed accumulator starts at 0.
@@ -280,9 +353,15 @@ struct ThreadSegments {
 
   MJ_DEVICE ThreadSegments(long long num_tokens, int team) {
     if constexpr (Pl::kTokenMajor) {
-      const u64 first = (static_cast<u64>(blockIdx.x) * Pl::kTeams + team) * kS;
-      const u64 t = first / Pl::kSegsPerToken;
-      const int j0 = static_cast<int>(first % Pl::kSegsPerToken);
+      // Thread x = block * teams + team owns segments [x * kS, x * kS + kS), which lie in one token
+      // (kS divides segs_per_token): token x / (segs_per_token / kS), first segment (x % that) * kS.
+      // Written with the quotient so that a thread owning a whole token (kS == segs_per_token, e.g.
+      // MLA g64: 9 of 9) gets j0 = 0 at compile time: every segment offset below is then a
+      // constant and the kS addresses are one base plus immediates (no 64-bit division by kS).
+      constexpr int kThreadsPerToken = Pl::kSegsPerToken / kS;
+      const u64 x = static_cast<u64>(blockIdx.x) * Pl::kTeams + team;
+      const u64 t = x / kThreadsPerToken;
+      const int j0 = static_cast<int>(x % kThreadsPerToken) * kS;
 #pragma unroll
       for (int i = 0; i < kS; ++i) {
         tok[i] = t;
@@ -315,6 +394,135 @@ struct KvStore {
   using SrcVec = Vec<Pl::kSrcChunkBytes>;
   static constexpr int kS = Pl::kSegsPerThread;
   static constexpr int kVec = Pl::kVec;
+
+  // fp8 with fp32 scales from bf16, each lane holding one chunk of every group it works on (one
+  // batch, no second pass) of ONE token (token-major): MLA 576 g64 (9 groups x 8 lanes x 16 B),
+  // MHA 8 x 128 g128 (8 x 16 x 16 B). quantize_fast takes these when the warp's inputs are all
+  // finite: the same bytes and scales as the general path with about half the instructions per
+  // element and no branch between the groups (see there).
+  static constexpr bool kFastFp32 = kQuant && !UE8M0 && same_type<In, Bf16>::value && Pl::kTokenMajor &&
+                                    Pl::kIters == 1 && Pl::kHold == 1 && !Pl::kTwoPass && kVec >= 2;
+
+  // The general path's amax -> scale -> quantize for kFastFp32 plans, restructured. When any lane
+  // of the warp holds an inf or NaN input (vote), the warp takes the reference formulation instead
+  // (quantize_nonfinite), which defines what those produce. Otherwise:
+  //  - amax: per group, the lane's |x| max stays a bf16x2 pair (3 packed max for 8 elements); two
+  //    groups' pairs fold into one word (lo halves | hi halves, 2 PRMT + 1 max), and the team
+  //    reduction shuffles words: ceil(kS / 2) x log2(kLanes) shuffles (MLA g64: 15, was 27).
+  //    Exact and NaN-free here, so equal to the general path's amax.
+  //  - scales: group_scale_finite and rcp_rn_normal, no branch: the kS chains interleave.
+  //  - scale stores: lane l writes group l (and l + kLanes, ...): ceil(kS / kLanes) coalesced
+  //    stores instead of kS one-lane stores (MLA g64: 2 instead of 9).
+  //  - quantize: quotient_finite, the unpack + 3 FP ops per element (was + 2 LOP3).
+  // Same scales and fp8 bytes as the general path for every input.
+  template <class Seg, class Buf>
+  static MJ_DEVICE void quantize_fast(const KvCacheStoreArgs& a, const Seg& sg, const Buf& buf, const bool (&ok)[kS],
+                                      const u64 (&row)[kS], int lane) {
+    constexpr int kWords = Pl::kSrcChunkBytes / 4;
+    u32 m[kS];
+#pragma unroll
+    for (int i = 0; i < kS; ++i) {
+      m[i] = buf[i][0].w[0] & 0x7FFF7FFFu;  // cleared (absent) chunks are 0
+#pragma unroll
+      for (int w = 1; w < kWords; ++w) m[i] = max_nan_bf16x2(m[i], buf[i][0].w[w] & 0x7FFF7FFFu);
+    }
+    // An inf or NaN anywhere in the warp: a half of the NaN-propagating max has an all-ones
+    // exponent (0x7F80..0x7FFF; the sign bits are clear).
+    u32 all = m[0];
+#pragma unroll
+    for (int i = 1; i < kS; ++i) all = max_nan_bf16x2(all, m[i]);
+    const bool nonfinite = (((all & 0x7F807F80u) + 0x00800080u) & 0x80008000u) != 0u;
+    if (__any_sync(0xffffffffu, nonfinite)) {
+      quantize_nonfinite(a, sg, buf, ok, row, lane);
+      return;
+    }
+
+    constexpr int kPairs = kS / 2;
+    constexpr int kPw = kPairs + kS % 2;
+    u32 pw[kPw];  // word q: group 2q in the low half, 2q + 1 in the high; an odd last group keeps its pair
+#pragma unroll
+    for (int q = 0; q < kPairs; ++q)
+      pw[q] = max_bf16x2(__byte_perm(m[2 * q], m[2 * q + 1], 0x5410), __byte_perm(m[2 * q], m[2 * q + 1], 0x7632));
+    if constexpr (kS % 2 == 1) pw[kPairs] = m[kS - 1];
+#pragma unroll
+    for (int o = Pl::kLanes / 2; o >= 1; o /= 2)
+#pragma unroll
+      for (int q = 0; q < kPw; ++q) pw[q] = max_bf16x2(pw[q], __shfl_xor_sync(0xffffffffu, pw[q], o));
+
+    float s[kS], r[kS];
+#pragma unroll
+    for (int i = 0; i < kS; ++i) {
+      float lo, hi;
+      Bf16::pair_to_f32(pw[i / 2], lo, hi);
+      const float amax = i / 2 < kPairs ? (i % 2 == 0 ? lo : hi) : fmaxf(lo, hi);
+      s[i] = group_scale_finite(amax);
+      r[i] = rcp_rn_normal(s[i]);
+    }
+    store_scales(a, sg, s, ok, row, lane);
+    char* blocks = static_cast<char*>(a.blocks);
+#pragma unroll
+    for (int i = 0; i < kS; ++i) {
+      if (ok[i] && sg.live[i] && lane < Pl::seg_chunks(sg.j[i])) {
+        float f[kVec];
+        unpack<In, kVec>(buf[i][0], f);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) f[k] = quotient_finite(f[k], s[i], r[i]);
+        store(blocks + (row[i] * Pl::kRowElems + Pl::seg_elem(sg.j[i]) + static_cast<u64>(lane) * kVec) * Cache::kBytes,
+              pack<Cache, kVec>(f));
+      }
+    }
+  }
+
+  // Scales of one token row are consecutive floats: lane l of the team stores group i0 + l.
+  template <class Seg>
+  static MJ_DEVICE void store_scales(const KvCacheStoreArgs& a, const Seg& sg, const float (&s)[kS],
+                                     const bool (&ok)[kS], const u64 (&row)[kS], int lane) {
+#pragma unroll
+    for (int i0 = 0; i0 < kS; i0 += Pl::kLanes) {
+      // Only lanes < kS - i0 store: select among that many candidates (a power of two above).
+      constexpr int kCand = pow2_ceil(Pl::kLanes < kS ? Pl::kLanes : kS);
+      float c[kCand];
+#pragma unroll
+      for (int k = 0; k < kCand; ++k) c[k] = i0 + k < kS ? s[i0 + k] : 0.0f;
+      const float v = kS - i0 == 1 ? s[i0] : select_by_index<kCand>(c, lane & (kCand - 1));
+      if (ok[0] && i0 + lane < kS) a.scales[row[0] * (H * Pl::kNG) + sg.j[0] + i0 + lane] = v;
+    }
+  }
+
+  // The general path's formulation for a warp with an inf or NaN input (rare): amax as an f32
+  // fmaxf over |x| (the same value as the general path's packed max: NaN ignored, 0 for a group
+  // of NaN), team_max, group_scale and GroupQuantizer (inf scales, x's sign on NaN quotients).
+  // It reads only buf: nothing computed before the vote is reused here, so that the fast path's
+  // intermediates need not stay live across the branch (registers).
+  template <class Seg, class Buf>
+  static MJ_DEVICE void quantize_nonfinite(const KvCacheStoreArgs& a, const Seg& sg, const Buf& buf,
+                                           const bool (&ok)[kS], const u64 (&row)[kS], int lane) {
+    float s[kS];
+    GroupQuantizer<false> quant[kS];
+#pragma unroll
+    for (int i = 0; i < kS; ++i) {
+      float f[kVec];
+      unpack<In, kVec>(buf[i][0], f);
+      float amax = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) amax = fmaxf(amax, fabsf(f[k]));
+      s[i] = group_scale<false>(team_max<Pl::kLanes>(amax));
+      quant[i] = GroupQuantizer<false>::make(s[i]);
+    }
+    store_scales(a, sg, s, ok, row, lane);
+    char* blocks = static_cast<char*>(a.blocks);
+#pragma unroll
+    for (int i = 0; i < kS; ++i) {
+      if (ok[i] && sg.live[i] && lane < Pl::seg_chunks(sg.j[i])) {
+        float f[kVec];
+        unpack<In, kVec>(buf[i][0], f);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) f[k] = quant[i](f[k]);
+        store(blocks + (row[i] * Pl::kRowElems + Pl::seg_elem(sg.j[i]) + static_cast<u64>(lane) * kVec) * Cache::kBytes,
+              pack<Cache, kVec>(f));
+      }
+    }
+  }
 
   static MJ_DEVICE void run(const KvCacheStoreArgs& a) {
     const int lane = static_cast<int>(threadIdx.x) % Pl::kLanes;
@@ -399,6 +607,10 @@ struct KvStore {
         store_batch(it0);
       }
     } else {
+      if constexpr (kFastFp32) {
+        quantize_fast(a, sg, buf, ok, row, lane);
+        return;
+      }
       // fp8: amax over the whole group (team reduction), then scale and quantize.
       u32 packed[kS];
       float amax[kS];

@@ -212,6 +212,8 @@ TEST_SUITE("kv_cache gpu") {
          DType::f32, 256},
         {"mla fp8 d4096 two-pass amax, f32 in", cache_params(e4, 1, 4096, 16, true, 0, F::fp32), DType::f32,
          DType::f32},
+        {"mla fp8 d576 g64 fp32 (DeepSeek-V3.2 latent; store fast path)", cache_params(e4, 1, 576, 64, true, 64, F::fp32),
+         DType::bf16, DType::bf16},
     };
     for (size_t i = 0; i < std::size(cases); ++i) run_store_gather(cases[i], 100 + i);
   }

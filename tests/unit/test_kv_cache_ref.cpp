@@ -199,6 +199,67 @@ TEST_SUITE("kv_cache reference") {
     CHECK(bits(markstein(-0.0f, 3.0f, 1.0f / 3.0f)) == 0x80000000u);  // -0 / s keeps its sign
   }
 
+  TEST_CASE("store kernel's fast path (finite bf16 group, fp32 scales) gives the general path's bits") {
+    // kv_cache/kv_cache.cuh, KvStore::quantize_fast: group_scale_finite drops group_scale's inf test
+    // and quotient_finite drops GroupQuantizer's sign fix-up (rem' = q0 * s - x, q = fma(-rem', r,
+    // q0)). For every finite amax and finite x with |x| <= amax (x is in the group: |x / s| <= ~448,
+    // so no overflow) both must give the same bits. Host f32 operations.
+    auto general = [](float x, float s, float r) {  // GroupQuantizer<false>::operator()
+      const float q0 = x * r;
+      const float rem = std::fma(-q0, s, x);
+      const float q = std::fma(rem, r, q0);
+      return from_bits((bits(q) & 0x7FFFFFFFu) | (bits(x) & 0x80000000u));
+    };
+    auto fast = [](float x, float s, float r) {  // quotient_finite
+      const float q0 = x * r;
+      const float rem_neg = std::fma(q0, s, -x);
+      return std::fma(-rem_neg, r, q0);
+    };
+    auto scale_finite = [](float amax) {  // group_scale_finite
+      const float a = std::fmax(amax, 1e-4f);
+      const float r448 = from_bits(0x3B124925u);
+      const float q0 = a * r448;
+      const float rem = std::fma(q0, -448.0f, a);
+      return std::fma(rem, r448, q0);
+    };
+    auto bf16 = [](uint16_t h) { return td::bf16_to_f32(h); };
+    td::Rng rng(5);
+    // Edge magnitudes: zeros, the smallest subnormal, the largest finite, around 1e-4 * ..., and
+    // random bf16 patterns across the whole finite range.
+    const uint16_t edges[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x007F, 0x0080, 0x7F7F, 0xFF7F, 0x3F80, 0xBF80, 0x38D1, 0x3F81};
+    auto random_finite_bf16 = [&]() {
+      for (;;) {
+        const uint16_t h = static_cast<uint16_t>(rng.uniform(0, 65535));
+        if ((h & 0x7F80u) != 0x7F80u) return h;
+      }
+    };
+    int64_t checked = 0;
+    for (int i = 0; i < 300000; ++i) {
+      const uint16_t ha = i < 12 * 12 ? edges[i / 12] : random_finite_bf16();
+      const float amax = std::fabs(bf16(ha));
+      const float s = scale_finite(amax);
+      REQUIRE(bits(s) == bits(ref::fp8_group_scale(amax, ScaleFmt::fp32)));
+      volatile float vs = s;
+      const float r = 1.0f / vs;
+      for (int k = 0; k < 16; ++k) {
+        // x a fraction of amax, or any finite bf16 with |x| <= amax.
+        uint16_t hx = i < 12 * 12 ? edges[i % 12] : random_finite_bf16();
+        if (k % 2 == 0 && amax > 0.0f) {
+          const float frac = static_cast<float>(rng.uniform(-1000000, 1000000)) / 1000000.0f;
+          hx = td::f32_to_bf16(amax * frac);
+        }
+        if (k == 15) hx = static_cast<uint16_t>(ha ^ 0x8000u);  // -amax
+        const float x = bf16(hx);
+        if (std::fabs(x) > amax) continue;
+        ++checked;
+        REQUIRE_MESSAGE(bits(fast(x, s, r)) == bits(general(x, s, r)), "x = ", x, " amax = ", amax);
+      }
+    }
+    CHECK(checked > 2000000);
+    CHECK(bits(fast(-0.0f, 3.0f, 1.0f / 3.0f)) == 0x80000000u);
+    CHECK(bits(fast(0.0f, 3.0f, 1.0f / 3.0f)) == 0x00000000u);
+  }
+
   TEST_CASE("reference store / gather: MHA fp8 round trip, dropped tokens, layer and kv placement") {
     PagedKVCacheParams c;
     c.dtype = DType::fp8_e4m3;
