@@ -52,7 +52,7 @@ namespace mlajit::autotune {
 const std::vector<std::string>& knob_names(Op op);
 // The knob space tried when a config entry has no `sweep`, as a sweep object:
 //   kv_cache_store / kv_cache_gather / sparse_index_remap: {"threads": [64, 128, 256, 512]}
-//   mla_indexer:    {"num_stages": [2, 3, 4, 6, 8]} (its only free knob; block_q/block_kv are fixed)
+//   mla_indexer:    {"num_stages": [2, 3, 4, 6]} (its only free knob; block_q/block_kv are fixed)
 //   sparse_prefill: {"b_topk": [64, 128]} (num_stages has one legal depth, 2, which auto resolves to)
 nlohmann::json default_knob_space(Op op);
 // The knob values of `p` as a JSON object, e.g. {"threads": 256}.

@@ -63,6 +63,28 @@ std::vector<double> indexer_scores_ref(const IndexerInputs& in, int64_t t) {
   return s;
 }
 
+std::vector<double> indexer_score_magnitudes_ref(const IndexerInputs& in, int64_t t) {
+  const RefToken tok = ref_token(in, t);
+  std::vector<double> m(static_cast<size_t>(tok.visible), 0.0);
+  const int H = in.num_heads;
+  std::vector<double> qd(static_cast<size_t>(H) * 128);
+  for (int x = 0; x < H * 128; ++x) qd[x] = std::fabs(e4m3_to_double(in.q[t * H * 128 + x]));
+  for (int64_t j = 0; j < tok.visible; ++j) {
+    const int64_t row = ref_key_row(in, tok.seq, j);
+    if (row < 0) continue;
+    double kd[128];
+    for (int d = 0; d < 128; ++d) kd[d] = std::fabs(e4m3_to_double(in.k_blocks[row * 128 + d]));
+    double sum = 0.0;
+    for (int h = 0; h < H; ++h) {
+      double dot = 0.0;
+      for (int d = 0; d < 128; ++d) dot += qd[h * 128 + d] * kd[d];
+      sum += dot * std::fabs(in.qs[t * H + h]);
+    }
+    m[j] = sum * std::fabs(in.k_scales[row * in.scale_row_stride]);
+  }
+  return m;
+}
+
 std::vector<int32_t> topk_ref(const std::vector<double>& scores, int k) {
   std::vector<int32_t> idx(scores.size());
   std::iota(idx.begin(), idx.end(), 0);

@@ -48,6 +48,12 @@ int64_t ref_key_row(const IndexerInputs& in, int b, int64_t j);
 // Scores of token t against its visible keys [0, visible), in f64.
 std::vector<double> indexer_scores_ref(const IndexerInputs& in, int64_t t);
 
+// Magnitude of the sums behind each visible key's score of token t:
+// |k_scale_j| * sum_h |qs[t,h]| * sum_d |q[t,h,d] * k_j[d]|. A reduced-precision accumulator (the fp8
+// tensor-core path) errs relative to this, not to the score, which cancels across heads of either
+// weight sign and can be far smaller.
+std::vector<double> indexer_score_magnitudes_ref(const IndexerInputs& in, int64_t t);
+
 // Top-k positions of `scores` (any floating type converted to double) with the kernel's order;
 // -1 past min(k, n). -0 == +0 (a tie).
 std::vector<int32_t> topk_ref(const std::vector<double>& scores, int k);

@@ -1,5 +1,5 @@
 // The mla_indexer tiling plan (src/ops/mla_indexer/plan.hpp) for its two sm90 scorers: v8
-// (params.block_kv 0 / 64: 64-key tiles shared by 4 x 128/H tokens) and v10 (block_kv 256: 256-key
+// (params.block_kv 64: 64-key tiles shared by 4 x 128/H tokens) and v10 (block_kv 0 / 256: 256-key
 // blocks, a 64-key quarter per warpgroup, 128/H tokens). The generated source static_asserts the
 // same sizes against the templates, so these pin the host side; no GPU needed.
 #include <doctest/doctest.h>
@@ -13,8 +13,8 @@
 using namespace mlajit;
 
 TEST_SUITE("mla_indexer plan") {
-  TEST_CASE("v8 (block_kv 0 / 64): 4 x 128/H tokens per CTA, 64-key tiles, 6 stages") {
-    for (int bkv : {0, 64}) {
+  TEST_CASE("v8 (block_kv 64): 4 x 128/H tokens per CTA, 64-key tiles, 6 stages") {
+    for (int bkv : {64}) {
       MlaIndexerParams p;
       p.num_heads = 64;
       p.block_kv = bkv;
@@ -29,10 +29,11 @@ TEST_SUITE("mla_indexer plan") {
     }
   }
 
-  TEST_CASE("v10 (block_kv 256): 128/H tokens per CTA, 256-key blocks, 4 stages by default, at most 6") {
+  TEST_CASE("v10 (block_kv 0 / 256): 128/H tokens per CTA, 256-key blocks, 4 stages by default, at most 6") {
     for (int H : {32, 64, 128}) {
       MlaIndexerParams p;
       p.num_heads = H;
+      CHECK(indexer::layout(p).sm90_blocks);  // block_kv 0: the heuristic picks v10
       p.block_kv = 256;
       const indexer::Layout l = indexer::layout(p);
       CHECK(l.sm90_blocks);
@@ -58,11 +59,12 @@ TEST_SUITE("mla_indexer plan") {
     CHECK_THROWS_AS(indexer::layout(p), Error);
   }
 
-  TEST_CASE("block_kv 256 at page size 1 runs v8 (v10 builds pages >= 2: one table entry per producer lane)") {
+  TEST_CASE("block_kv 0 / 256 at page size 1 run v8 (v10 builds pages >= 2: one table entry per producer lane)") {
     MlaIndexerParams p;
     p.num_heads = 64;
-    p.block_kv = 256;
     p.page_size = 1;
+    CHECK_FALSE(indexer::layout(p).sm90_blocks);
+    p.block_kv = 256;
     CHECK_FALSE(indexer::layout(p).sm90_blocks);
     p.page_size = 2;
     CHECK(indexer::layout(p).sm90_blocks);
@@ -71,6 +73,7 @@ TEST_SUITE("mla_indexer plan") {
   TEST_CASE("generated source: v10's template for block_kv 256, under its own kernel name") {
     MlaIndexerParams p;
     p.num_heads = 64;
+    p.block_kv = 64;
     const KernelSpec v8{p};
     p.block_kv = 256;
     const KernelSpec v10{p};

@@ -20,7 +20,7 @@ struct MlaIndexerBenchArgs {
   int page_size = 64;
   Mask mask = Mask::causal;
   int num_stages = 0;  // MlaIndexerParams::num_stages (0 = heuristic)
-  int block_kv = 0;    // MlaIndexerParams::block_kv: 0 / 64 = scorer v8, 256 = v10 (256-key blocks)
+  int block_kv = 0;    // MlaIndexerParams::block_kv: 0 (heuristic) / 256 = scorer v10 (256-key blocks), 64 = v8
   // Optional: path of a shared library exporting DeepGEMM-style fp8 MQA logits (the C ABI below),
   // timed beside mlajit's scores stage on the same q, weights, K (gathered dense) and scales.
   std::string anchor;

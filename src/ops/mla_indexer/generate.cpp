@@ -1,5 +1,5 @@
 // Source generator of the mla_indexer family (SPEC §2): three entries in one module,
-//   0 mla_indexer_scores_sm90      fp8 wgmma scores (sm_90a; traps elsewhere): v8 or, with block_kv 256, v10
+//   0 mla_indexer_scores_sm90      fp8 wgmma scores (sm_90a; traps elsewhere): v10, or v8 with block_kv 64
 //   1 mla_indexer_scores_portable  f32 FMA scores for every other target (sm_80+)
 //   2 mla_indexer_topk             exact top-k (one pass into a candidate list; radix fallback) + emit
 // The op (src/ops/mla_indexer/op.cpp) picks entry 0 or 1 by the device's arch.
@@ -21,8 +21,8 @@ KernelSource generate_mla_indexer(const KernelSpec& spec) {
   src.min_arch = "sm_80";
   std::string& c = src.code;
   c = source_header(spec);
-  // The sm90 entry runs v8 (block_kv 0 / 64) or v10 (block_kv 256); the spec's name carries the
-  // knob (_bkv256), so both variants are cached side by side.
+  // The sm90 entry runs v10 (block_kv 0 / 256) or v8 (block_kv 64); the spec's name carries a set
+  // knob (_bkv64, _bkv256), so the variants are cached side by side.
   const char* sm90_header = lay.sm90_blocks ? "mla_indexer/scores_sm90_blk.cuh" : "mla_indexer/scores_sm90.cuh";
   const char* sm90_struct = lay.sm90_blocks ? "ScoresSm90Blk" : "ScoresSm90";
   const char* sm90_fn = lay.sm90_blocks ? "scores_sm90_blk" : "scores_sm90";

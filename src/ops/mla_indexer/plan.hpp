@@ -16,8 +16,9 @@ namespace mlajit::indexer {
 struct Layout {
   int page_shift = 0;
   int stages = 0;             // sm90 ring depth (64-key tiles in v8, 256-key blocks in v10)
-  // sm90 scorer variant, picked by params.block_kv: v8 (0 / 64, templates/mla_indexer/scores_sm90.cuh)
-  // or v10 (256, scores_sm90_blk.cuh).
+  // sm90 scorer variant, picked by params.block_kv: v10 (0 = heuristic, or 256;
+  // templates/mla_indexer/scores_sm90_blk.cuh) or v8 (64, scores_sm90.cuh). v10 measured 1.17-1.26x
+  // faster than v8 at H 64 and 128 (docs/notes/mla_indexer_kv.md, "Scores v10").
   bool sm90_blocks = false;   // v10
   int sm90_threads = 640;     // 4 consumer warpgroups + 1 producer warpgroup (one warp works)
   int sm90_block_q = 0;       // query tokens per CTA: v8 4 warpgroups x (128 / H), v10 128 / H
@@ -44,15 +45,15 @@ inline Layout layout(const MlaIndexerParams& p) {
   Layout l;
   while ((1 << l.page_shift) < p.page_size) ++l.page_shift;
   // v10 does not build page size 1 (64 pages per 64-key quarter: its producer lanes hold one table
-  // entry each); block_kv 256 runs v8 there.
-  l.sm90_blocks = p.block_kv == 256 && p.page_size >= 2;
+  // entry each); block_kv 0 and 256 run v8 there.
+  l.sm90_blocks = (p.block_kv == 0 || p.block_kv == 256) && p.page_size >= 2;
   l.sm90_block_q = (l.sm90_blocks ? 1 : 4) * (128 / p.num_heads);
   l.sm90_tile_keys = l.sm90_blocks ? 256 : 64;
   MLAJIT_EXPECT(p.block_q == 0 || p.block_q == l.sm90_block_q, "params.block_q", p.block_q,
                 fmt::format("0 or {} (query tokens per CTA for num_heads {} and block_kv {}: {}128/num_heads)",
                             l.sm90_block_q, p.num_heads, p.block_kv, l.sm90_blocks ? "" : "4 warpgroups x "));
   MLAJIT_EXPECT(p.block_kv == 0 || p.block_kv == 64 || p.block_kv == 256, "params.block_kv", p.block_kv,
-                "0 or 64 (v8: keys per wgmma tile) | 256 (v10: 256-key blocks, a 64-key quarter per warpgroup)");
+                "0 (heuristic: v10) | 64 (v8: keys per wgmma tile) | 256 (v10: 256-key blocks, a 64-key quarter per warpgroup)");
   // v10: 16 KiB of Q + stages x 33 KiB of K blocks and scales within the 227 KiB of a CTA.
   const int max_stages = l.sm90_blocks ? 6 : 8;
   MLAJIT_EXPECT(p.num_stages == 0 || (p.num_stages >= 2 && p.num_stages <= max_stages), "params.num_stages",
