@@ -474,6 +474,14 @@ struct KvStore {
       r[i] = rcp_rn_normal(s[i]);
     }
     store_scales(a, sg, s, ok, row, lane);
+    store_quantized(a, sg, buf, ok, row, lane, [&](int i, float x) { return quotient_finite(x, s[i], r[i]); });
+  }
+
+  // Quantizes each live segment's chunk of this lane (q(i, x): element x of segment i) and stores
+  // it into the cache row.
+  template <class Seg, class Buf, class Q>
+  static MJ_DEVICE void store_quantized(const KvCacheStoreArgs& a, const Seg& sg, const Buf& buf,
+                                        const bool (&ok)[kS], const u64 (&row)[kS], int lane, Q q) {
     char* blocks = static_cast<char*>(a.blocks);
 #pragma unroll
     for (int i = 0; i < kS; ++i) {
@@ -481,7 +489,7 @@ struct KvStore {
         float f[kVec];
         unpack<In, kVec>(buf[i][0], f);
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) f[k] = quotient_finite(f[k], s[i], r[i]);
+        for (int k = 0; k < kVec; ++k) f[k] = q(i, f[k]);
         store(blocks + (row[i] * Pl::kRowElems + Pl::seg_elem(sg.j[i]) + static_cast<u64>(lane) * kVec) * Cache::kBytes,
               pack<Cache, kVec>(f));
       }
@@ -525,18 +533,7 @@ struct KvStore {
       quant[i] = GroupQuantizer<false>::make(s[i]);
     }
     store_scales(a, sg, s, ok, row, lane);
-    char* blocks = static_cast<char*>(a.blocks);
-#pragma unroll
-    for (int i = 0; i < kS; ++i) {
-      if (ok[i] && sg.live[i] && lane < Pl::seg_chunks(sg.j[i])) {
-        float f[kVec];
-        unpack<In, kVec>(buf[i][0], f);
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) f[k] = quant[i](f[k]);
-        store(blocks + (row[i] * Pl::kRowElems + Pl::seg_elem(sg.j[i]) + static_cast<u64>(lane) * kVec) * Cache::kBytes,
-              pack<Cache, kVec>(f));
-      }
-    }
+    store_quantized(a, sg, buf, ok, row, lane, [&](int i, float x) { return quant[i](x); });
   }
 
   static MJ_DEVICE void run(const KvCacheStoreArgs& a) {
@@ -621,11 +618,9 @@ struct KvStore {
         load_batch(it0);
         store_batch(it0);
       }
+    } else if constexpr (kFastFp32) {
+      quantize_fast(a, sg, buf, ok, row, lane);
     } else {
-      if constexpr (kFastFp32) {
-        quantize_fast(a, sg, buf, ok, row, lane);
-        return;
-      }
       // fp8: amax over the whole group (team reduction), then scale and quantize.
       u32 packed[kS];
       float amax[kS];

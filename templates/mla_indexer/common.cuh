@@ -43,6 +43,24 @@ MJ_DEVICE TokenInfo token_info(const unsigned* offsets, const unsigned* cache_le
   return r;
 }
 
+// Fills the per-CTA token slots of the Hopper scorers (v8, v10): slot s = row block_row0 + s of the
+// chunk, its sequence, visible key count and validity (rows past the chunk or the batch are
+// invalid). Threads [0, BLOCK_Q) write; the caller's barrier publishes them.
+template <int BLOCK_Q, bool CAUSAL>
+MJ_DEVICE void load_token_slots(const MlaIndexerScoresArgs& a, long long block_row0, int tid, int* s_seq,
+                                long long* s_visible, int* s_valid) {
+  if (tid < BLOCK_Q) {
+    const long long r = block_row0 + tid;
+    TokenInfo ti;
+    ti.valid = false;
+    if (r < a.chunk_rows && a.chunk_row_begin + r < a.num_tokens)
+      ti = token_info(a.input_row_offsets, a.cache_lengths, a.batch, a.chunk_row_begin + r, a.max_keys, CAUSAL);
+    s_valid[tid] = ti.valid ? 1 : 0;
+    s_seq[tid] = ti.seq;
+    s_visible[tid] = ti.visible;
+  }
+}
+
 // Cache row of key position j of sequence b, or -1 when its page is past the lookup table or its
 // block id is out of range (such a key is never read).
 MJ_DEVICE long long key_row(const unsigned* lut, long long pages_per_seq, long long num_blocks,

@@ -119,17 +119,7 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
   const long long block_row0 = static_cast<long long>(blockIdx.x) * C::kBlockQ;  // within the chunk
   const long long split_lo = static_cast<long long>(blockIdx.y) * a.keys_per_split;
 
-  if (tid < C::kBlockQ) {
-    const long long r = block_row0 + tid;
-    indexer::TokenInfo ti;
-    ti.valid = false;
-    if (r < a.chunk_rows && a.chunk_row_begin + r < a.num_tokens)
-      ti = indexer::token_info(a.input_row_offsets, a.cache_lengths, a.batch, a.chunk_row_begin + r, a.max_keys,
-                               CAUSAL);
-    s_valid[tid] = ti.valid ? 1 : 0;
-    s_seq[tid] = ti.seq;
-    s_visible[tid] = ti.visible;
-  }
+  indexer::load_token_slots<C::kBlockQ, CAUSAL>(a, block_row0, tid, s_seq, s_visible, s_valid);
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full_bar + 8 * s, 32);  // every producer lane arrives after its copies landed
