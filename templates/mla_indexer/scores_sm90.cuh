@@ -127,25 +127,8 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
     }
     mbar_init_fence();  // the cp.async arrivals come through the async unit
   }
-  // Q tile of the block (swizzled rows of 128 bytes; rows of invalid tokens are zero) and the
-  // head weights.
-  for (int c = tid; c < C::kBlockQ * H * 8; c += C::kThreads) {
-    const int row = c >> 3, chunk = c & 7;
-    const long long t = a.chunk_row_begin + block_row0 + row / H;
-    const bool ok = block_row0 + row / H < a.chunk_rows && t < a.num_tokens;
-    const u8* src = ok ? a.q + (t * H + row % H) * C::kDepth + chunk * 16 : a.q;
-    cp_async_16(q_s + row * 128 + ((chunk ^ (row & 7)) << 4), src, ok ? 16u : 0u);
-  }
-  cp_async_commit();
-  // Weights are stored per slot as [quad][ii][2]: the H/4 weights one thread of a quad needs
-  // (heads 8 * ii + 2 * quad + {0, 1}) are contiguous, read with 16-byte loads in the epilogue.
-  for (int n = tid; n < C::kBlockQ * H; n += C::kThreads) {
-    const int slot = n / H, h = n % H;
-    const long long t = a.chunk_row_begin + block_row0 + slot;
-    const bool ok = block_row0 + slot < a.chunk_rows && t < a.num_tokens;
-    const int ii = h >> 3, quad = (h >> 1) & 3, e = h & 1;
-    w_sm[slot * C::kWSlot + quad * C::kWQuad + ii * 2 + e] = ok ? a.qs[t * H + h] : 0.0f;
-  }
+  // Q tile of the block and the head weights (rows of invalid tokens are zero), by all threads.
+  load_q_and_weights<C::kBlockQ, H, C::kWQuad>(a, block_row0, q_s, w_sm, tid, C::kThreads);
   cp_async_wait<0>();
   fence_proxy_async_smem();
   __syncthreads();

@@ -1,6 +1,7 @@
 #pragma once
 // Indexer scores on Hopper (sm_90a), v10: 256-key blocks split across the warpgroups
-// (`params.block_kv = 256`; block_kv 0 / 64 run v8, mla_indexer/scores_sm90.cuh).
+// (`params.block_kv` 0, the default, or 256; block_kv 64 and page size 1 run v8,
+// mla_indexer/scores_sm90.cuh).
 //
 // The function is v8's: score[i, j] = k_scale[j] * sum_h relu(q[i,h,:] . k[j,:]) * qs[i,h], with
 // the same wgmma (m64 keys x n128 = 128/H tokens x H heads x k128, K tile = A, Q = B, both
@@ -284,23 +285,7 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
   // ---------------- consumer warpgroups: Q load, then MMA + head reduction + stores ----------------
   // Q tile of the CTA (swizzled 128-byte rows; rows of invalid tokens are zero) and the head
   // weights, loaded by the consumers only (the producer is already gathering K).
-  for (int c = tid; c < C::kBlockQ * H * 8; c += C::kConsumerThreads) {
-    const int row = c >> 3, chunk = c & 7;
-    const long long t = a.chunk_row_begin + block_row0 + row / H;
-    const bool ok = block_row0 + row / H < a.chunk_rows && t < a.num_tokens;
-    const u8* src = ok ? a.q + (t * H + row % H) * C::kDepth + chunk * 16 : a.q;
-    cp_async_16(q_s + row * 128 + ((chunk ^ (row & 7)) << 4), src, ok ? 16u : 0u);
-  }
-  cp_async_commit();
-  // Weights per slot as [quad][ii][2]: the H/4 weights one thread of a quad needs (heads
-  // 8 * ii + 2 * quad + {0, 1}) are contiguous, read with 16-byte loads.
-  for (int n = tid; n < C::kBlockQ * H; n += C::kConsumerThreads) {
-    const int slot = n / H, h = n % H;
-    const long long t = a.chunk_row_begin + block_row0 + slot;
-    const bool ok = block_row0 + slot < a.chunk_rows && t < a.num_tokens;
-    const int ii = h >> 3, quad = (h >> 1) & 3, e = h & 1;
-    w_sm[slot * C::kWSlot + quad * C::kWQuad + ii * 2 + e] = ok ? a.qs[t * H + h] : 0.0f;
-  }
+  load_q_and_weights<C::kBlockQ, H, C::kWQuad>(a, block_row0, q_s, w_sm, tid, C::kConsumerThreads);
   cp_async_wait<0>();
   fence_proxy_async_smem();  // the wgmma reads Q through the async proxy
   sm90::named_bar_sync(1, C::kConsumerThreads);

@@ -4,6 +4,7 @@
 // async-proxy fence, the fp8 warpgroup MMA, QGMMA in SASS, and its shared-memory descriptor).
 #include "common/mbarrier.cuh"
 #include "common/types.cuh"
+#include "mla_indexer/args.h"
 #include "common/warpgroup.cuh"
 #include "common/wgmma.cuh"
 
@@ -43,6 +44,33 @@ using sm90::wgmma_commit;
 using sm90::wgmma_fence;
 using sm90::wgmma_m64n128k32_e4m3;
 using sm90::wgmma_wait;
+
+// Q tile and head weights of a CTA's BLOCK_Q token slots (both Hopper scorers), loaded by threads
+// [0, nthreads) at thread index `tid`. Q: swizzled rows of 128 bytes, head h of slot s in row
+// s * H + h; rows of invalid slots are zero-filled. Weights per slot as [quad][ii][2] with W_QUAD
+// floats per quad: the H/4 weights one thread of a quad needs (heads 8 * ii + 2 * quad + {0, 1})
+// are contiguous, read with 16-byte loads. Returns with the Q copies issued and committed (the
+// caller waits, fences the async proxy and synchronises).
+template <int BLOCK_Q, int H, int W_QUAD>
+MJ_DEVICE void load_q_and_weights(const MlaIndexerScoresArgs& a, long long block_row0, u32 q_s, float* w_sm,
+                                  int tid, int nthreads) {
+  constexpr int kDepth = 128;
+  for (int c = tid; c < BLOCK_Q * H * 8; c += nthreads) {
+    const int row = c >> 3, chunk = c & 7;
+    const long long t = a.chunk_row_begin + block_row0 + row / H;
+    const bool ok = block_row0 + row / H < a.chunk_rows && t < a.num_tokens;
+    const u8* src = ok ? a.q + (t * H + row % H) * kDepth + chunk * 16 : a.q;
+    cp_async_16(q_s + row * 128 + ((chunk ^ (row & 7)) << 4), src, ok ? 16u : 0u);
+  }
+  cp_async_commit();
+  for (int n = tid; n < BLOCK_Q * H; n += nthreads) {
+    const int slot = n / H, h = n % H;
+    const long long t = a.chunk_row_begin + block_row0 + slot;
+    const bool ok = block_row0 + slot < a.chunk_rows && t < a.num_tokens;
+    const int ii = h >> 3, quad = (h >> 1) & 3, e = h & 1;
+    w_sm[slot * 4 * W_QUAD + quad * W_QUAD + ii * 2 + e] = ok ? a.qs[t * H + h] : 0.0f;
+  }
+}
 
 // Keeps the compiler from moving accumulator reads/writes across the async MMA boundaries.
 template <int N>
