@@ -162,6 +162,18 @@ TEST_SUITE("mla_indexer validation") {
     }
   }
 
+  TEST_CASE("the v10 scorer (the default) walks keys in 32-bit ints: max_keys_per_seq <= 2^31 - 1024") {
+    FakeArgs a;
+    a.max_keys = (int64_t{1} << 31) - 1000;
+    const std::string msg = error_of(a);
+    INFO(msg);
+    CHECK(msg.rfind("max_keys_per_seq", 0) == 0);
+    CHECK(msg.find("2^31 - 1024") != std::string::npos);
+    // v8 (block_kv 64) has no such bound: the same call gets past it (to the workspace check).
+    a.p.block_kv = 64;
+    CHECK(error_of(a).rfind("workspace size", 0) == 0);
+  }
+
   TEST_CASE("workspace bound: chunks of score rows, never a full [T, max_keys] matrix") {
     MlaIndexerParams p;
     // 128K keys: a row is 512 KiB; 4096 tokens would be 2 GiB, the workspace stays at 128 MiB.
