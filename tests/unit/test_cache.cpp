@@ -21,6 +21,7 @@
 #include "mlajit/compiler.hpp"
 #include "mlajit/error.hpp"
 #include "core/sha256.hpp"
+#include "unit/fake_entry_meta.hpp"
 #include "unit/handwritten_kernel.hpp"
 
 using namespace mlajit;
@@ -39,14 +40,10 @@ std::string slurp(const fs::path& p) {
 
 void spit(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary | std::ios::trunc) << s; }
 
+// fake_entry_meta with 1 KiB of shared memory and a compile time, which these tests read back.
 CacheEntryMeta meta_for(const std::string& name) {
-  CacheEntryMeta m;
-  m.name = name;
-  m.op = "sparse_index_remap";
-  m.params_json = R"({"page_size":64,"threads":256})";
+  CacheEntryMeta m = testing::fake_entry_meta(name);
   m.entries = {{"mj_entry", 256, 1024}};
-  m.arch = "sm_90a";
-  m.nvrtc_version = "13.0 (test)";
   m.compile_seconds = 0.25;
   return m;
 }
