@@ -27,6 +27,13 @@
 //      counting the bucket's larger entries; the bitonic network below when a bucket holds more
 //      than kMaxBucket entries (huge ties). MJ_TOPK_SORT 0: always the bitonic network, in
 //      registers and warp shuffles except for the few stages whose partners are in other warps.
+//   3+4 fused (MJ_TOPK_SELECT 1, default): steps 3 and 4 for a candidate list of k..CAP entries
+//      as ONE bucket pass over the candidates: the row pass also records the candidates' key
+//      range, the bucket map is fitted to it, and the prefix sums of the bucket counts say which
+//      buckets hold the top k (those starting below rank k); only their entries are scattered
+//      and ranked, ranks >= k dropped. No k-th-largest rounds, no collect, no range pass.
+//      Exact by the same argument as step 4; a bucket reaching into the top k with more than
+//      kMaxBucket entries takes steps 3 and 4 as above. MJ_TOPK_SELECT 0: steps 3 and 4 always.
 #include "common/topk_radix.cuh"
 #include "common/types.cuh"
 
@@ -34,6 +41,12 @@
 // pass + in-bucket ranks (bitonic fallback), 0 = bitonic network only. Same output either way.
 #ifndef MJ_TOPK_SORT
 #define MJ_TOPK_SORT 1
+#endif
+// Compile-time switch for steps 3 + 4 on a candidate list (A/B through MLAJIT_TEMPLATE_DIR or
+// MLAJIT_NVRTC_EXTRA_OPTIONS="-DMJ_TOPK_SELECT=0"): 1 = fused bucket select + sort (v7), 0 = k-th
+// largest, collect, then the sort of MJ_TOPK_SORT (v6). Same output and shared-memory layout.
+#ifndef MJ_TOPK_SELECT
+#define MJ_TOPK_SELECT 1
 #endif
 
 namespace mj {
@@ -59,8 +72,14 @@ struct SampleTopK {
   static constexpr int kWarps = THREADS / 32;
   static_assert(kBins % THREADS == 0, "bins per thread");
 
+  // Largest bucket ranked by counting in the bucket sort (see there).
+  static constexpr u32 kMaxBucket = 32;
+  // sel's slots past kSortCap: the fused select scatters the buckets that reach into the top k,
+  // up to k - 1 + kMaxBucket entries, plus the rank loop's zero padding (kRankUnroll - 1 <= 8).
+  static constexpr int kSelPad = static_cast<int>(kMaxBucket) + 8;
+
   struct Fast {
-    u64 sel[kSortCap];
+    u64 sel[kSortCap + kSelPad];
     u64 cand[kCap];  // first the sample, then the candidates
     u32 hist[kBins];
     u64 all_and;
@@ -70,6 +89,13 @@ struct SampleTopK {
     u32 sel_count;
     u32 digit;
     u32 above;
+    // Fused select (MJ_TOPK_SELECT 1): the candidates' smallest and largest key (row pass), the
+    // lowest bucket reaching into the top k, the number of entries scattered, a bucket too full.
+    u32 cand_key_min;
+    u32 cand_key_max;
+    u32 boundary;
+    u32 scattered;
+    u32 overflow;
   };
   union Smem {
     typename Radix::Smem radix;
@@ -246,9 +272,8 @@ struct SampleTopK {
   static constexpr int kSortItems = kSortCap >= THREADS ? kSortCap / THREADS : 1;
   static constexpr int kBucketBits = 12, kBuckets = 1 << kBucketBits;
   static_assert(kBuckets == kBins, "the bucket counters live in hist");
-  // Largest bucket ranked by counting: bounds the rank loop at kSortItems x kMaxBucket iterations
-  // per thread (each warp runs its lanes' longest bucket).
-  static constexpr u32 kMaxBucket = 32;
+  // kMaxBucket (above), the largest bucket ranked by counting, bounds the rank loop at
+  // kSortItems x kMaxBucket iterations per thread (each warp runs its lanes' longest bucket).
   // The rank loop reads kRankUnroll entries per step and may run past its bucket: the slots
   // after a bucket hold smaller entries (lower buckets), then kRankUnroll - 1 zeros past kk
   // (entries are never 0: the position half of an entry is ~position != 0), none of which count.
@@ -290,7 +315,7 @@ struct SampleTopK {
 
   // Four consecutive bucket counters hist[b, b + 4) (b % 4 == 0) as one access: hist starts
   // 16-byte aligned unless sel and cand hold an odd number of u64 in all (k = 1), then 8.
-  static constexpr bool kHist16 = (kSortCap + kCap) % 2 == 0;
+  static constexpr bool kHist16 = (kSortCap + kSelPad + kCap) % 2 == 0;
   static MJ_DEVICE uint4 load4(const u32* h) {
     if (kHist16) return *reinterpret_cast<const uint4*>(h);
     const uint2 a = reinterpret_cast<const uint2*>(h)[0], b = reinterpret_cast<const uint2*>(h)[1];
@@ -309,6 +334,33 @@ struct SampleTopK {
   static MJ_DEVICE u32 range_shift(u32 range) {
     const int bits = 32 - __clz(range);
     return bits > kBucketBits ? static_cast<u32>(bits - kBucketBits) : 0u;
+  }
+
+  // The bucket map for entries whose key halves lie in [kmin, kmax] and position halves in
+  // [lmin, lmax] (bounds may be loose: any enclosing range gives a valid, monotone map); value
+  // selects the value form.
+  static MJ_DEVICE BucketMap fit_map(u32 kmin, u32 kmax, u32 lmin, u32 lmax, bool& value) {
+    BucketMap m;
+    m.scale = 0.f;
+    m.offset = 0.f;
+    // All keys equal: the entries differ in the position half only (lmin < lmax unless kk <= 1).
+    m.use_lo = kmin == kmax;
+    m.base = m.use_lo ? lmin : kmin;
+    m.shift = range_shift(m.use_lo ? lmax - lmin : kmax - kmin);
+    value = false;
+    if (!m.use_lo) {
+      // NaN keys (0) decode to NaN and infinities are not finite: such rows keep the key map.
+      const float vmin = key_value(kmin), vmax = key_value(kmax);
+      if (vmin < 0.f && vmax > 0.f && isfinite(vmin) && isfinite(vmax)) {
+        const float scale = static_cast<float>(kBuckets) / (vmax - vmin);
+        if (isfinite(scale) && scale > 0.f) {
+          value = true;
+          m.scale = scale;
+          m.offset = -vmin * scale;
+        }
+      }
+    }
+    return m;
   }
 
   static MJ_DEVICE void sort_desc_buckets(Fast& f, u32 kk) {
@@ -351,26 +403,8 @@ struct SampleTopK {
       lmin = __reduce_min_sync(0xffffffffu, w ? part[2 * kWarps + lane] : ~0u);
       lmax = __reduce_max_sync(0xffffffffu, w ? part[3 * kWarps + lane] : 0u);
     }
-    BucketMap m;
-    m.scale = 0.f;
-    m.offset = 0.f;
-    // All keys equal: the entries differ in the position half only (lmin < lmax unless kk <= 1).
-    m.use_lo = kmin == kmax;
-    m.base = m.use_lo ? lmin : kmin;
-    m.shift = range_shift(m.use_lo ? lmax - lmin : kmax - kmin);
     bool value = false;
-    if (!m.use_lo) {
-      // NaN keys (0) decode to NaN and infinities are not finite: such rows keep the key map.
-      const float vmin = key_value(kmin), vmax = key_value(kmax);
-      if (vmin < 0.f && vmax > 0.f && isfinite(vmin) && isfinite(vmax)) {
-        const float scale = static_cast<float>(kBuckets) / (vmax - vmin);
-        if (isfinite(scale) && scale > 0.f) {
-          value = true;
-          m.scale = scale;
-          m.offset = -vmin * scale;
-        }
-      }
-    }
+    const BucketMap m = fit_map(kmin, kmax, lmin, lmax, value);
     const bool done = value ? bucket_passes<true>(f, kk, m) : bucket_passes<false>(f, kk, m);
     // Ties of huge multiplicity (few distinct scores, NaN-laden short rows): the network. sel is
     // untouched then.
@@ -467,6 +501,119 @@ struct SampleTopK {
         }
         f.sel[rank] = e;
       }
+    }
+    __syncthreads();
+    return true;
+  }
+
+  // ---- Fused select + sort of the candidates (MJ_TOPK_SELECT 1) ----
+  // The top k of the C unique candidates cand[0, C) (k <= C <= kCap), sorted descending, into
+  // cand[0, k); hist is zero and cand_key_min / cand_key_max bound the candidates' keys (both
+  // set by the row pass before its closing barrier). Returns false, with cand unchanged, when a
+  // bucket that reaches into the top k holds more than kMaxBucket entries (the caller then runs
+  // the k-th largest select and the sort). Ends with a barrier.
+  //   1. counts of the candidates' buckets (map fitted to the key range; all keys equal: to the
+  //      position range [0, n) of the row);
+  //   2. exclusive starts in descending bucket order; the boundary bucket b* is the one holding
+  //      rank k - 1 (start < k <= end); buckets b >= b* (start < k) are the only ones needed;
+  //   3. those buckets' entries are scattered to sel[0, E), E = end(b*) <= k - 1 + kMaxBucket;
+  //   4. each scattered entry's rank = its bucket's start + the larger entries of its bucket (as
+  //      in the sort); ranks < k go to cand[rank].
+  // Counts at k 2048 and C ~ 2900 (32K rows), 256 threads: ~12 candidates per thread in steps 1
+  // and 3 (one load, the map, one shared atomic each), 8-9 entries in step 4, 3 barriers plus the
+  // one of step 2's scan; replaces 2-3 k-th-largest rounds over C (7 barriers and two passes
+  // each), the collect pass and the sort's range pass.
+  static MJ_DEVICE bool select_sorted(Fast& f, u32 C, u32 k, u32 n) {
+    const u32 kmin = f.cand_key_min, kmax = f.cand_key_max;
+    // Position halves are ~position, positions in [0, n): lo in [~(n - 1), ~0].
+    const u32 lmin = 0xFFFFFFFFu - (n - 1u), lmax = 0xFFFFFFFFu;
+    bool value = false;
+    const BucketMap m = fit_map(kmin, kmax, lmin, lmax, value);
+    return value ? select_passes<true>(f, C, k, m) : select_passes<false>(f, C, k, m);
+  }
+
+  template <bool kValue>
+  static MJ_DEVICE bool select_passes(Fast& f, u32 C, u32 k, const BucketMap& m) {
+    const u32 tid = threadIdx.x, lane = lane_id(), warp = tid >> 5;
+    // 1. Counts.
+    for (u32 i = tid; i < C; i += THREADS) atomicAdd(&f.hist[bucket_of<kValue>(m, f.cand[i])], 1u);
+    if (tid == 0) f.overflow = 0;  // read after the second barrier below
+    __syncthreads();
+    // 2. Starts (thread t owns kPer consecutive buckets, the highest to t = 0), the boundary
+    //    bucket and the largest bucket starting below k.
+    constexpr int kPer = kBuckets / THREADS;
+    static_assert(kPer % 4 == 0, "uint4 accesses of the counters");
+    const int hi = kBuckets - static_cast<int>(tid) * kPer;
+    u32 local = 0;
+#pragma unroll
+    for (int q = 0; q < kPer / 4; ++q) {
+      const uint4 x = load4(&f.hist[hi - kPer + 4 * q]);
+      local += x.x + x.y + x.z + x.w;
+    }
+    u32 inc = local;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const u32 v = __shfl_up_sync(0xffffffffu, inc, off);
+      if (lane >= static_cast<u32>(off)) inc += v;
+    }
+    if (lane == 31) f.scan[warp] = inc;
+    __syncthreads();
+    const u32 tot = lane < static_cast<u32>(kWarps) ? f.scan[lane] : 0u;
+    u32 run = __reduce_add_sync(0xffffffffu, lane < warp ? tot : 0u) + inc - local;
+    bool too_full = false;
+    // Nothing to do for a thread whose buckets all start at or after rank k.
+    if (run < k) {
+#pragma unroll
+      for (int q = kPer / 4 - 1; q >= 0; --q) {
+        u32* h = &f.hist[hi - kPer + 4 * q];
+        const uint4 x = load4(h);
+        const u32 cnt[4] = {x.w, x.z, x.y, x.x};  // descending bucket order
+        u32 st[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          st[j] = run;
+          if (run < k) {
+            too_full |= cnt[j] > kMaxBucket;
+            if (run + cnt[j] >= k) {
+              // The boundary bucket (exactly one: C >= k). Zeros after the scattered entries for
+              // the rank loop; E + kRankUnroll - 1 <= k + kMaxBucket + 2 fits sel when not too full.
+              const u32 end = run + cnt[j];
+              f.boundary = static_cast<u32>(hi - kPer + 4 * q + 3 - j);
+              f.scattered = end;
+              if (cnt[j] <= kMaxBucket)
+                for (int z = 0; z < kRankUnroll - 1; ++z) f.sel[end + z] = 0ull;
+            }
+          }
+          run += cnt[j];
+        }
+        store4(h, make_uint4(st[3], st[2], st[1], st[0]));
+      }
+    }
+    if (too_full) f.overflow = 1;
+    __syncthreads();
+    if (f.overflow) return false;  // uniform; hist is reset by the caller's select
+    // 3. Scatter the buckets b >= b* into sel[0, E); afterwards hist[b] is the end of bucket b,
+    //    i.e. the start of bucket b - 1.
+    const u32 boundary = f.boundary;
+    for (u32 i = tid; i < C; i += THREADS) {
+      const u64 e = f.cand[i];
+      const u32 b = bucket_of<kValue>(m, e);
+      if (b >= boundary) f.sel[atomicAdd(&f.hist[b], 1u)] = e;
+    }
+    __syncthreads();
+    // 4. Ranks (cand is free: its last readers were before the barrier above).
+    const u32 scattered = f.scattered;
+    for (u32 j = tid; j < scattered; j += THREADS) {
+      const u64 e = f.sel[j];
+      const u32 b = bucket_of<kValue>(m, e);
+      const u32 begin = b < static_cast<u32>(kBuckets - 1) ? f.hist[b + 1] : 0u, end = f.hist[b];
+      u32 rank = begin;
+#pragma unroll 1
+      for (u32 x = begin; x < end; x += kRankUnroll) {
+#pragma unroll
+        for (int u = 0; u < kRankUnroll; ++u) rank += f.sel[x + u] > e ? 1u : 0u;
+      }
+      if (rank < k) f.cand[rank] = e;
     }
     __syncthreads();
     return true;
@@ -579,6 +726,8 @@ struct SampleTopK {
     __syncthreads();
   }
 
+  static constexpr bool kFusedSelect = MJ_TOPK_SELECT != 0;
+
   // Selects the top min(k, n) of row[0, n) (16-byte aligned, readable up to a multiple of 4
   // floats). Returns the sorted entries (sort_entry) and sets kk = min(k, n).
   static MJ_DEVICE const u64* run(Smem& sm, const float* row, u32 n, u32 k, u32& kk) {
@@ -595,6 +744,8 @@ struct SampleTopK {
     if (tid == 0) {
       f.count = 0;
       f.sel_count = 0;
+      f.cand_key_min = ~0u;
+      f.cand_key_max = 0u;
     }
     // 1. Threshold guess.
     u32 t_lo = 0;
@@ -614,7 +765,15 @@ struct SampleTopK {
       t_lo = static_cast<u32>(kth_largest(f, f.cand, kSamples, r) >> 32);
     }
     __syncthreads();  // the sample is dead; count is zero
-    // 2. One pass: keys >= t_lo become candidates.
+    if (kFusedSelect) {
+      // The fused select's bucket counters start at zero (visible after the row pass's barrier).
+      static_assert(kBins % (4 * THREADS) == 0, "bucket counters per thread");
+#pragma unroll
+      for (int q = 0; q < kBins / (4 * THREADS); ++q)
+        store4(&f.hist[4 * (q * THREADS + tid)], make_uint4(0u, 0u, 0u, 0u));
+    }
+    // 2. One pass: keys >= t_lo become candidates (and, for the fused select, their key range).
+    u32 key_min = ~0u, key_max = 0u;
     for (u32 e0 = 0; e0 < n; e0 += kPass) {
       Float4 v[kUnroll];
 #pragma unroll
@@ -655,10 +814,23 @@ struct SampleTopK {
 #pragma unroll
           for (int i = 0; i < 4; ++i)
             if (hits & (1u << (4 * u + i))) {
-              if (slot < static_cast<u32>(kCap)) f.cand[slot] = sort_entry(order_key(xs[i]), first + i);
+              const u32 key = order_key(xs[i]);
+              if (slot < static_cast<u32>(kCap)) f.cand[slot] = sort_entry(key, first + i);
               ++slot;
+              if (kFusedSelect) {
+                key_min = min(key_min, key);
+                key_max = max(key_max, key);
+              }
             }
         }
+      }
+    }
+    if (kFusedSelect) {
+      key_min = __reduce_min_sync(0xffffffffu, key_min);
+      key_max = __reduce_max_sync(0xffffffffu, key_max);
+      if (lane == 0) {
+        atomicMin(&f.cand_key_min, key_min);
+        atomicMax(&f.cand_key_max, key_max);
       }
     }
     __syncthreads();
@@ -670,12 +842,14 @@ struct SampleTopK {
       (void)got;
       return sm.radix.sel;
     }
+    // 3 + 4 fused: one bucket pass over the candidates.
+    if (kFusedSelect && select_sorted(f, C, k, n)) return f.cand;
     // 3. Exact k-th largest entry among the candidates, then the k entries at or above it.
     const u64 T = kth_largest(f, f.cand, C, k);
     collect(f, f.cand, C, T);
     __syncthreads();
-    // 4. Sort.
-    sort_desc(f, kk);
+    // 4. Sort (n > k here: kk == k).
+    sort_desc(f, k);
     return f.sel;
   }
 };

@@ -69,14 +69,16 @@ inline Layout layout(const MlaIndexerParams& p) {
   l.sm90_smem_bytes = off_bar + l.stages * 16u + 1024u;
   l.portable_smem_bytes = static_cast<unsigned>((p.num_heads * 128 + p.num_heads) * 4);
   // SampleTopK::Smem = union of RadixTopK::Smem (hist u32[4096], sel u64[pow2(k)], cand u64[4096],
-  // scan u32[threads/32 + 1], 3 x u32) and SampleTopK::Fast (sel u64[pow2(k)], cand u64[cap],
-  // hist u32[4096], 2 x u64, scan u32[threads/32 + 1], 4 x u32), cap = clamp(2 pow2(k), 2048, 8192).
+  // scan u32[threads/32 + 1], 3 x u32) and SampleTopK::Fast (sel u64[pow2(k) + 40], cand u64[cap],
+  // hist u32[4096], 2 x u64, scan u32[threads/32 + 1], 9 x u32), cap = clamp(2 pow2(k), 2048, 8192).
+  // sel's 40 extra slots (kSelPad = kMaxBucket 32 + 8) hold the fused select's scatter of up to
+  // k - 1 + 32 entries and the rank loop's zero padding.
   const int sort_cap = pow2_ceil(p.top_k);
   l.topk_candidates = std::min(8192, std::max(2048, 2 * sort_cap));
   unsigned radix = static_cast<unsigned>(4096 * 4 + 8 * sort_cap + 8 * 4096 + 4 * (l.topk_threads / 32 + 1) + 12);
   radix = (radix + 7u) & ~7u;
-  unsigned fast = static_cast<unsigned>(8 * sort_cap + 8 * l.topk_candidates + 4096 * 4 + 16 +
-                                        4 * (l.topk_threads / 32 + 1) + 16);
+  unsigned fast = static_cast<unsigned>(8 * (sort_cap + 40) + 8 * l.topk_candidates + 4096 * 4 + 16 +
+                                        4 * (l.topk_threads / 32 + 1) + 36);
   fast = (fast + 7u) & ~7u;
   l.topk_smem_bytes = (std::max(radix, fast) + 7u) & ~7u;
   return l;
