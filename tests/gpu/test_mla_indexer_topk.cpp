@@ -3,8 +3,12 @@
 // 0, 1, k-1, k, k+1, around the candidate capacity, 30000 and 131072; random, all-equal,
 // NaN-laden, few distinct values (huge exact ties at the threshold), signed zeros and infinities,
 // a row whose top keys hide between the sampled runs (the sample misleads: the fallback runs) and
-// one whose sampled runs hold the largest keys. Every row must equal the CPU top-k of the same
-// f32 row EXACTLY (positions and order), -1 past min(k, visible).
+// one whose sampled runs hold the largest keys; for the fused bucket select (MJ_TOPK_SELECT 1) a
+// tie of ~0.2k keys just below the k-th largest (a full bucket that must NOT stop the fused path),
+// a tie straddling the k-th largest (a full bucket in the top k: the fused path hands over to the
+// k-th largest select) and indexer-like sums of weighted ReLUs; and many rows at once (several
+// waves per launch, two chunks). Every row must equal the CPU top-k of the same f32 row EXACTLY
+// (positions and order), -1 past min(k, visible).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -25,7 +29,7 @@ using driver::DeviceBuffer;
 
 namespace {
 
-enum class Pattern { normal, equal, nan, few, zeros_infs, hidden, sampled_high };
+enum class Pattern { normal, equal, nan, few, zeros_infs, hidden, sampled_high, tie_below_k, tie_at_k, indexer };
 
 const char* name(Pattern p) {
   switch (p) {
@@ -36,6 +40,9 @@ const char* name(Pattern p) {
     case Pattern::zeros_infs: return "+-0, +-inf";
     case Pattern::hidden: return "top keys between samples";
     case Pattern::sampled_high: return "sampled runs highest";
+    case Pattern::tie_below_k: return "tie at ranks 1.1k-1.3k";
+    case Pattern::tie_at_k: return "tie at ranks k-10..k+100";
+    case Pattern::indexer: return "indexer-like";
   }
   return "?";
 }
@@ -43,7 +50,19 @@ const char* name(Pattern p) {
 // Start of sampled run b of a row of n keys, as in SampleTopK::run (128 runs of 16).
 int64_t sample_run_start(int64_t b, int64_t n) { return b * (n - 16) / 127; }
 
-std::vector<float> make_row(int64_t n, Pattern p, std::mt19937_64& rng) {
+// Sets the keys of descending ranks [lo, hi) (ties by position) to the key of rank lo.
+void tie_ranks(std::vector<float>& r, int64_t lo, int64_t hi) {
+  const int64_t n = static_cast<int64_t>(r.size());
+  hi = std::min(hi, n);
+  if (lo >= hi) return;
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) order[j] = j;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return r[a] > r[b]; });
+  const float v = r[order[lo]];
+  for (int64_t j = lo; j < hi; ++j) r[order[j]] = v;
+}
+
+std::vector<float> make_row(int64_t n, Pattern p, std::mt19937_64& rng, int k) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> r(static_cast<size_t>(n));
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
@@ -61,6 +80,15 @@ std::vector<float> make_row(int64_t n, Pattern p, std::mt19937_64& rng) {
       }
       case Pattern::hidden: v = -10.0f + 0.01f * v; break;
       case Pattern::sampled_high: break;
+      case Pattern::tie_below_k: break;
+      case Pattern::tie_at_k: break;
+      case Pattern::indexer: {
+        // sum over 8 heads of w_h relu(x_h), fixed signed weights: many small, a few large.
+        static const float w[8] = {0.9f, -0.4f, 0.7f, 0.3f, -0.8f, 0.5f, 0.2f, -0.1f};
+        v = 0.0f;
+        for (int h = 0; h < 8; ++h) v += w[h] * std::max(normal(rng), 0.0f);
+        break;
+      }
     }
     r[static_cast<size_t>(j)] = v;
   }
@@ -72,6 +100,8 @@ std::vector<float> make_row(int64_t n, Pattern p, std::mt19937_64& rng) {
     for (int64_t j = 0; j < n; ++j)
       if (!sampled[j] && rng() % 3 == 0) r[j] = 10.0f + normal(rng);
   }
+  if (p == Pattern::tie_below_k) tie_ranks(r, k + k / 10, k + 3 * k / 10);
+  if (p == Pattern::tie_at_k) tie_ranks(r, std::max(k - 10, 0), k + 100);
   if (p == Pattern::sampled_high && n > 32)
     for (int64_t b = 0; b < 128; ++b)
       for (int64_t o = 0; o < 16 && sample_run_start(b, n) + o < n; ++o)
@@ -133,7 +163,7 @@ void check_sizes(int k, const std::vector<int64_t>& sizes, const std::vector<Pat
   int64_t max_keys = 1;
   for (int64_t n : sizes)
     for (Pattern p : patterns) {
-      rows.push_back(make_row(n, p, rng));
+      rows.push_back(make_row(n, p, rng, k));
       what.push_back(std::to_string(n) + " keys, " + name(p));
       max_keys = std::max(max_keys, n);
     }
@@ -154,8 +184,10 @@ void check_sizes(int k, const std::vector<int64_t>& sizes, const std::vector<Pat
               sizes.size(), patterns.size(), bad_rows);
 }
 
-const std::vector<Pattern> kAll = {Pattern::normal,     Pattern::equal,  Pattern::nan,         Pattern::few,
-                                   Pattern::zeros_infs, Pattern::hidden, Pattern::sampled_high};
+const std::vector<Pattern> kAll = {Pattern::normal,       Pattern::equal,       Pattern::nan,
+                                   Pattern::few,          Pattern::zeros_infs,  Pattern::hidden,
+                                   Pattern::sampled_high, Pattern::tie_below_k, Pattern::tie_at_k,
+                                   Pattern::indexer};
 
 }  // namespace
 
@@ -167,6 +199,12 @@ TEST_SUITE("gpu mla_indexer") {
   TEST_CASE("top-k stage on crafted rows, k 4096 and k 64") {
     check_sizes(4096, {4095, 4096, 4097, 8193, 40000}, kAll, 8);
     check_sizes(64, {1, 63, 64, 65, 2048, 2049, 20000}, kAll, 9);
+  }
+
+  TEST_CASE("top-k stage on 1500 rows of 24000 keys, k 2048: several waves per launch, two chunks") {
+    // 1500 x 24000 floats = 144 MB of workspace > the 128 MiB chunk cap: two top-k launches.
+    std::vector<int64_t> sizes(500, 24000);
+    check_sizes(2048, sizes, {Pattern::normal, Pattern::indexer, Pattern::tie_below_k}, 10);
   }
 
   TEST_CASE("top-k stage on rows of 0 keys (max_keys 0): every slot -1") {
