@@ -201,9 +201,12 @@ TEST_SUITE("gpu mla_indexer") {
     check_sizes(64, {1, 63, 64, 65, 2048, 2049, 20000}, kAll, 9);
   }
 
-  TEST_CASE("top-k stage on 1500 rows of 24000 keys, k 2048: several waves per launch, two chunks") {
-    // 1500 x 24000 floats = 144 MB of workspace > the 128 MiB chunk cap: two top-k launches.
-    std::vector<int64_t> sizes(500, 24000);
+  TEST_CASE("top-k stage on 1299 rows of 24000 keys, k 2048: several waves in one launch") {
+    // 1299 x 24000 floats = 125 MB of workspace, under the 128 MiB chunk cap (1392 rows of 24000
+    // keys): one top-k launch of 1299 CTAs, 3.3 waves at 3 CTAs per SM on 132 SMs. (A top-k-only run
+    // cannot span two chunks: each chunk reads its rows from the start of the workspace, which the
+    // scores stage of a full run refills per chunk.)
+    std::vector<int64_t> sizes(433, 24000);
     check_sizes(2048, sizes, {Pattern::normal, Pattern::indexer, Pattern::tie_below_k}, 10);
   }
 
