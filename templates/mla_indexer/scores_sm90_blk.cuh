@@ -29,9 +29,20 @@
 // MMA on whatever the slot holds (a wgmma under a data-dependent branch is serialized by ptxas,
 // C7520) but stores nothing.
 //
-// Grid: x = blocks of 128/H tokens of the chunk, y = splits of the key range (keys_per_split, a
-// multiple of 256). Tokens of one CTA that belong to different sequences are walked as separate
-// segments over their own keys, as in v8.
+// Work items: (q block of 128/H tokens of the chunk, split of the key range: keys_per_split, a
+// multiple of 256), numbered split-major (item = split * q_blocks + q block). The grid is 1-D and
+// every CTA walks its own static list of items (ScoresSm90Blk::work_item): persistent, grid = one
+// CTA per SM (the default), or grid = items (one item per CTA: v10's launch before the persistent
+// grid). The host picks the grid and the split (src/ops/mla_indexer/plan.hpp, sm90_work). Tokens of
+// one item that belong to different sequences are walked as separate segments over their own keys,
+// as in v8.
+//
+// Q is double-buffered across items: the producer, which runs ahead over the K ring, loads the next
+// item's token slots, Q tile and weights into the other buffer before it gathers that item's first
+// K block, and publishes them on the buffer's q_full barrier; the consumers release a buffer on its
+// q_empty barrier after their last block of the item. So a consumer starts an item on a Q that is
+// already there (a cold CTA waited for the token slots' DRAM reads, the Q load and the first K
+// block). The K ring's stage and phase run on across items, as in DeepGEMM's persistent MQA logits.
 #include "common/types.cuh"
 #include "mla_indexer/common.cuh"
 #include "mla_indexer/scores_sm90.cuh"
@@ -48,8 +59,8 @@ namespace indexer_sm90 {
 template <int H, int PAGE_SHIFT, bool CAUSAL, int STAGES>
 struct ScoresSm90Blk {
   static_assert(H == 32 || H == 64 || H == 128, "heads");
-  // 16 KiB of Q + STAGES x 33 KiB must fit the 227 KiB of a CTA.
-  static_assert(STAGES >= 2 && STAGES <= 6, "stages");
+  // 2 x 16 KiB of Q + STAGES x 33 KiB must fit the 227 KiB of a CTA.
+  static_assert(STAGES >= 2 && STAGES <= 5, "stages");
   // Page 1 (64 pages per quarter: two table entries per producer lane) is not built; the host runs
   // v8 for it (plan.hpp).
   static_assert(PAGE_SHIFT >= 1, "page size >= 2");
@@ -73,22 +84,47 @@ struct ScoresSm90Blk {
   static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 96 * kThreads,
                 "setmaxnreg budget: the registers of a 640-thread CTA at 96 per thread");
 
-  static constexpr unsigned kQBytes = kBlockQ * H * kDepth;                  // 16 KiB
+  static constexpr int kQBufs = 2;  // Q (and weights, token slots) of the current and the next item
+  static constexpr unsigned kQBytes = kBlockQ * H * kDepth;                  // 16 KiB per buffer
   static constexpr unsigned kQuarterBytes = kQuarterKeys * kDepth;           // 8 KiB
   static constexpr unsigned kStageBytes = kBlockKeys * kDepth;               // 32 KiB
-  static constexpr unsigned kOffK = kQBytes;
+  static constexpr unsigned kOffK = kQBufs * kQBytes;
   static constexpr unsigned kOffKScale = kOffK + STAGES * kStageBytes;
   static constexpr unsigned kOffW = kOffKScale + STAGES * kBlockKeys * 4;
   // Weights per token slot: 4 quads x (H/4 + 4) floats, v8's padded layout.
   static constexpr int kWQuad = H / 4 + 4;
   static constexpr int kWSlot = 4 * kWQuad;
-  static constexpr unsigned kOffBar = kOffW + kBlockQ * kWSlot * 4;
-  static constexpr unsigned kBytesUsed = kOffBar + 2 * STAGES * 8;
+  static constexpr int kWFloats = kBlockQ * kWSlot;  // one buffer's weights
+  // Barriers: full[STAGES], empty[STAGES], q_full[kQBufs], q_empty[kQBufs].
+  static constexpr unsigned kOffBar = kOffW + kQBufs * kWFloats * 4;
+  static constexpr unsigned kBytesUsed = kOffBar + (2 * STAGES + 2 * kQBufs) * 8;
   static constexpr unsigned kSmemBytes = kBytesUsed + 1024;  // slack to align the base to 1024
   static_assert(kSmemBytes <= 227u * 1024u, "shared memory of one CTA");
   // Stage s's K quarter w starts kOffK + s * kStageBytes + w * kQuarterBytes: 1024-byte aligned, as
   // the swizzled descriptor needs, and a descriptor moves by (bytes >> 4) in its address field.
   static_assert(kQBytes % 1024 == 0 && kStageBytes % 1024 == 0 && kQuarterBytes % 1024 == 0, "swizzle alignment");
+  static_assert(kOffBar % 8 == 0, "barrier alignment");
+
+  // The k-th work item (k = 0, 1, ...) of this CTA: false past its last one, else the item's first
+  // row within the chunk and first key. Items are numbered split-major (item = split * q_blocks +
+  // q block: the full-length splits first, the last split, shorter when the keys do not divide,
+  // last) and dealt to the CTAs in rounds of gridDim.x, alternating direction (round k even: CTA c
+  // takes item k G + c; odd: k G + G - 1 - c), so that work that grows or shrinks along the item
+  // order (causal rows without a cache) evens out over pairs of rounds. With grid = items every
+  // CTA has exactly item blockIdx.x: v10's 2-D launch in the same order. The host sizes the grid
+  // and the split (plan.hpp, sm90_work) with the same counts.
+  static MJ_DEVICE bool work_item(const MlaIndexerScoresArgs& a, u32 k, long long& row0, int& split_lo) {
+    const long long q_blocks = (a.chunk_rows + kBlockQ - 1) / kBlockQ;
+    const long long splits = (a.max_keys + a.keys_per_split - 1) / a.keys_per_split;
+    const long long grid = gridDim.x;
+    const long long pos = (k & 1u) ? grid - 1 - blockIdx.x : blockIdx.x;
+    const long long item = static_cast<long long>(k) * grid + pos;
+    if (item >= q_blocks * splits) return false;
+    const long long split = item / q_blocks;
+    row0 = (item - split * q_blocks) * kBlockQ;
+    split_lo = static_cast<int>(split * a.keys_per_split);
+    return true;
+  }
 };
 
 MJ_DEVICE float lds_f32(u32 addr) {
@@ -101,10 +137,15 @@ template <int H, int PAGE_SHIFT, bool CAUSAL, int STAGES>
 __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
   using C = ScoresSm90Blk<H, PAGE_SHIFT, CAUSAL, STAGES>;
   extern __shared__ __align__(1024) u8 smem_raw[];
-  // Per token slot of this CTA: sequence, visible keys and validity (computed once).
-  __shared__ int s_seq[C::kBlockQ];
-  __shared__ long long s_visible[C::kBlockQ];
-  __shared__ int s_valid[C::kBlockQ];
+  // Per token slot of an item: sequence, visible keys and validity; one set per Q buffer (slot s of
+  // buffer q at [q * kBlockQ + s]).
+  __shared__ int s_seq[C::kQBufs * C::kBlockQ];
+  __shared__ long long s_visible[C::kQBufs * C::kBlockQ];
+  __shared__ int s_valid[C::kQBufs * C::kBlockQ];
+  // Per Q buffer: the item's first row within the chunk and first key (work_item's outputs, written
+  // by the producer; the consumers read them from here instead of keeping registers for them).
+  __shared__ long long s_row0[C::kQBufs];
+  __shared__ int s_split_lo[C::kQBufs];
 
   const u32 raw = smem_u32(smem_raw);
   const u32 base = (raw + 1023u) & ~1023u;
@@ -115,36 +156,45 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
   float* const w_sm = reinterpret_cast<float*>(sbase + C::kOffW);
   const u32 full_bar = base + C::kOffBar;
   const u32 empty_bar = full_bar + STAGES * 8;
+  const u32 q_full_bar = empty_bar + STAGES * 8;
+  const u32 q_empty_bar = q_full_bar + C::kQBufs * 8;
 
   const int tid = threadIdx.x;
-  const long long block_row0 = static_cast<long long>(blockIdx.x) * C::kBlockQ;  // within the chunk
-  const long long split_lo = static_cast<long long>(blockIdx.y) * a.keys_per_split;
-
-  indexer::load_token_slots<C::kBlockQ, CAUSAL>(a, block_row0, tid, s_seq, s_visible, s_valid);
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full_bar + 8 * s, 32 * C::kProducerWarps);  // every producer lane arrives after its copies landed
       mbar_init(empty_bar + 8 * s, C::kConsumerThreads);  // every consumer thread arrives
     }
+    for (int q = 0; q < C::kQBufs; ++q) {
+      // Every producer lane arrives twice: once when its Q copies landed (cp.async), once after its
+      // stores of the weights and token slots (a release).
+      mbar_init(q_full_bar + 8 * q, 2 * 32 * C::kProducerWarps);
+      mbar_init(q_empty_bar + 8 * q, C::kConsumerThreads);  // every consumer thread arrives
+    }
     mbar_init_fence();  // the cp.async arrivals come through the async unit
   }
   __syncthreads();
-  // From here the producer gathers K while the consumers load Q and the weights (they meet at the
-  // first full barrier); v8 loaded Q with all 640 threads before the first K copy.
+  // From here the producer loads the first item's token slots and Q, then gathers K; the consumers
+  // meet it at the item's q_full barrier and the first full barrier.
 
+  // The index k of this role's current work item; its Q buffer is k & 1.
+  u32 cur = 0;
   // Segments: maximal runs of valid slots of one sequence; [split_lo, kv_hi) is a segment's key
-  // range in this split. Every role walks the same list.
+  // range in the item's split. Every role walks the same list.
   auto next_segment = [&](int from, int& s0_out, int& s1_out, long long& kv_hi_out) -> bool {
+    const int sb = static_cast<int>(cur & 1u) * C::kBlockQ;
+    const int split_lo = s_split_lo[cur & 1u];
     for (int s0 = from; s0 < C::kBlockQ;) {
-      if (!s_valid[s0]) {
+      if (!s_valid[sb + s0]) {
         ++s0;
         continue;
       }
       int s1 = s0 + 1;
-      while (s1 < C::kBlockQ && s_valid[s1] && s_seq[s1] == s_seq[s0]) ++s1;
+      while (s1 < C::kBlockQ && s_valid[sb + s1] && s_seq[sb + s1] == s_seq[sb + s0]) ++s1;
       long long seg_vis = 0;
-      for (int s = s0; s < s1; ++s) seg_vis = s_visible[s] > seg_vis ? s_visible[s] : seg_vis;
-      const long long kv_hi = split_lo + a.keys_per_split < seg_vis ? split_lo + a.keys_per_split : seg_vis;
+      for (int s = s0; s < s1; ++s) seg_vis = s_visible[sb + s] > seg_vis ? s_visible[sb + s] : seg_vis;
+      const long long split_hi = static_cast<long long>(split_lo) + a.keys_per_split;
+      const long long kv_hi = split_hi < seg_vis ? split_hi : seg_vis;
       if (split_lo < kv_hi) {
         s0_out = s0;
         s1_out = s1;
@@ -169,8 +219,51 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
     int s0 = 0, s1 = 0;
     long long kv_hi = 0;
     const int chunk = lane & 7, lr = lane >> 3;  // 16-byte chunk of a row, row of 4 (v8's copy pattern)
-    for (bool have = next_segment(0, s0, s1, kv_hi); have; have = next_segment(s1, s0, s1, kv_hi)) {
-      const int b = s_seq[s0];
+    // Prologue of item `item` (Q buffer item & 1): token slots, Q tile and weights, published on the
+    // buffer's q_full barrier. Runs while the consumers still work on the blocks of the item before
+    // (the ring holds up to STAGES of them). False past the CTA's last item.
+    u32 item = ~0u;
+    auto begin_item = [&]() -> bool {
+      long long row0 = 0;
+      int split_lo = 0;
+      if (!C::work_item(a, item, row0, split_lo)) return false;
+      const u32 buf = item & 1u;
+      cur = item;
+      // Every producer warp is past the previous item, so none still reads the token slots of item
+      // - 2, which this buffer held.
+      sm90::named_bar_sync(2, 32 * C::kProducerWarps);
+      // The consumers are done with item - 2's Q tile, weights and slots.
+      if (item >= 2) mbar_wait(q_empty_bar + 8 * buf, ((item >> 1) - 1) & 1u);
+      const int sb = static_cast<int>(buf) * C::kBlockQ;
+      if (pw == 0) {
+        indexer::load_token_slots<C::kBlockQ, CAUSAL>(a, row0, lane, s_seq + sb, s_visible + sb, s_valid + sb);
+        if (lane == 0) {
+          s_row0[buf] = row0;
+          s_split_lo[buf] = split_lo;
+        }
+      }
+      load_q_and_weights<C::kBlockQ, H, C::kWQuad>(a, row0, q_s + buf * C::kQBytes, w_sm + buf * C::kWFloats,
+                                                   tid - C::kConsumerThreads, 32 * C::kProducerWarps);
+      mbar_arrive_cp_async(q_full_bar + 8 * buf);  // when this lane's Q copies landed
+      mbar_arrive(q_full_bar + 8 * buf);           // releases its weight and slot stores
+      // The slots are visible to every producer warp.
+      sm90::named_bar_sync(2, 32 * C::kProducerWarps);
+      return true;
+    };
+    // The next segment of the current item, else the first segment of the next item that has one
+    // (an item without keys, e.g. rows past the batch, still publishes its Q buffer: the consumers
+    // walk every item).
+    auto next_work = [&](bool first) -> bool {
+      if (!first && next_segment(s1, s0, s1, kv_hi)) return true;
+      for (;;) {
+        ++item;
+        if (!begin_item()) return false;
+        if (next_segment(0, s0, s1, kv_hi)) return true;
+      }
+    };
+    for (bool have = next_work(true); have; have = next_work(false)) {
+      const int b = s_seq[static_cast<int>(item & 1u) * C::kBlockQ + s0];
+      const long long split_lo = s_split_lo[item & 1u];
       for (long long kv0 = split_lo; kv0 < kv_hi; kv0 += C::kBlockKeys) {
         mbar_wait(empty_bar + 8 * stage, phase ^ 1u);
         const u32 kdst_block = k_s + stage * C::kStageBytes;
@@ -282,14 +375,7 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
     return;
   }
 
-  // ---------------- consumer warpgroups: Q load, then MMA + head reduction + stores ----------------
-  // Q tile of the CTA (swizzled 128-byte rows; rows of invalid tokens are zero) and the head
-  // weights, loaded by the consumers only (the producer is already gathering K).
-  load_q_and_weights<C::kBlockQ, H, C::kWQuad>(a, block_row0, q_s, w_sm, tid, C::kConsumerThreads);
-  cp_async_wait<0>();
-  fence_proxy_async_smem();  // the wgmma reads Q through the async proxy
-  sm90::named_bar_sync(1, C::kConsumerThreads);
-
+  // ---------------- consumer warpgroups: per item MMA + head reduction + stores ----------------
   // Per block: wait for it, issue the warpgroup's N = 128 MMA on its quarter, wait, release the
   // stage, reduce and store. The overlap of one warpgroup's epilogue with MMAs comes from the other
   // three, as in v8.
@@ -303,19 +389,13 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
   const int odd = quad & 1;
   const int row_lo = warp_in_wg * 16 + (lane >> 2);  // key rows row_lo and row_lo + 8 of the quarter
   const int my_row = C::kQuarterKeys * wg + row_lo + 8 * odd;  // the block row this thread stores
-  const u64 desc_b = sw128_kmajor_desc(q_s);
+  const u64 desc_b0 = sw128_kmajor_desc(q_s);  // Q buffer 0
+  const u32 desc_b_lo = static_cast<u32>(desc_b0), desc_b_hi = static_cast<u32>(desc_b0 >> 32);
   const u64 desc_a0 = sw128_kmajor_desc(k_s + wg * C::kQuarterBytes);  // stage 0
   const u32 desc_a_lo = static_cast<u32>(desc_a0), desc_a_hi = static_cast<u32>(desc_a0 >> 32);
   float acc[64];
-  // The weights of all the CTA's tokens (kBlockQ x H/4 = 32 floats for every H) in registers.
+  // The weights of all the item's tokens (kBlockQ x H/4 = 32 floats for every H) in registers.
   Quad wq[C::kBlockQ][H / 16];
-#pragma unroll
-  for (int tt = 0; tt < C::kBlockQ; ++tt) {
-    const Quad* w = reinterpret_cast<const Quad*>(w_sm + tt * C::kWSlot + quad * C::kWQuad);
-#pragma unroll
-    for (int m = 0; m < H / 16; ++m) wq[tt][m] = w[m];
-  }
-  float* const out_thr = a.scores + block_row0 * a.score_row_stride + my_row;
   const u32 ks_thr = ks_s + 4u * my_row;  // this thread's key scale in stage 0
 
   // Ring position in one register (the 96 accumulator and weight registers leave 16 for the rest;
@@ -328,19 +408,21 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
   auto mma_block = [&]() -> float {
     const u32 off8 = ring & 0xffffu;
     mbar_wait(full_bar + off8, ring >> 31);
-    // cp.async wrote the block through the generic proxy; the wgmma reads it through the async one.
+    // cp.async wrote the block (and the item's Q) through the generic proxy; the wgmma reads them
+    // through the async one.
     fence_proxy_async_smem();
     const float ks = lds_f32(ks_thr + off8 * (C::kBlockKeys * 4 / 8));
     // The stage and k-step offsets only move the start address (bits 0-13, addresses < 256 KiB never
     // carry out of it): 32-bit adds on the low word, the high word is a constant (64-bit adds cost
     // ~10 more instructions per block).
     const u32 a_lo = desc_a_lo + off8 * (C::kStageBytes / 16 / 8);
+    const u32 b_lo = desc_b_lo + (cur & 1u) * (C::kQBytes / 16);  // the item's Q buffer
     fence_operands(acc);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
-      wgmma_m64n128k32_e4m3(acc, (static_cast<u64>(desc_a_hi) << 32) | (a_lo + 2 * kk), desc_b + 2 * kk,
-                            kk > 0 ? 1u : 0u);
+      wgmma_m64n128k32_e4m3(acc, (static_cast<u64>(desc_a_hi) << 32) | (a_lo + 2 * kk),
+                            (static_cast<u64>(desc_b_hi) << 32) | (b_lo + 2 * kk), kk > 0 ? 1u : 0u);
     wgmma_commit();
     wgmma_wait<0>();
     fence_operands(acc);
@@ -352,63 +434,84 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
     return ks;
   };
 
-  // The segment's slots [s0, s1) as one register, a mask of the slots: s1 (where the next
-  // segment's search starts) is one past its highest bit. Registers for s0 / s1 spilled.
-  u32 seg = 0;
-  for (;;) {
-    long long seg_hi = 0;
+  for (u32 item = 0;; ++item) {
     {
-      int s0 = 0, s1 = 0;
-      if (!next_segment(32 - __clz(seg), s0, s1, seg_hi)) break;
-      seg = ((1u << s1) - 1u) & ~((1u << s0) - 1u);
+      long long row0 = 0;
+      int split_lo = 0;
+      if (!C::work_item(a, item, row0, split_lo)) break;
     }
-    // Key positions fit 32 bits (max_keys < 2^31, checked by the host): int keeps the loop state in
-    // fewer registers.
-    const int kv_hi = static_cast<int>(seg_hi);
-    // Keys below all_vis are visible to every token of the CTA (0 when one of them is not in the
-    // segment). Blocks whose quarter of this warpgroup lies below it (kv0 <= fast_hi) store without
-    // per-key checks; the rest of the segment's blocks check every key.
-    int all_vis = kv_hi;
+    cur = item;
+    const u32 buf = item & 1u;
+    // The item's token slots, Q tile and weights (the producer loaded them ahead).
+    mbar_wait(q_full_bar + 8 * buf, (item >> 1) & 1u);
 #pragma unroll
     for (int tt = 0; tt < C::kBlockQ; ++tt) {
-      const int v = (seg >> tt) & 1u ? static_cast<int>(s_visible[tt]) : 0;
-      all_vis = v < all_vis ? v : all_vis;
+      const Quad* w = reinterpret_cast<const Quad*>(w_sm + buf * C::kWFloats + tt * C::kWSlot + quad * C::kWQuad);
+#pragma unroll
+      for (int m = 0; m < H / 16; ++m) wq[tt][m] = w[m];
     }
-    const int fast_hi = all_vis - C::kQuarterKeys * (wg + 1);
-    int kv0 = static_cast<int>(split_lo);
-    // Steady state: every key of the quarter is visible to every token of the CTA. The loop bound is
-    // also below kv_hi (all_vis <= kv_hi), so every block of this loop exists for every warpgroup.
-    // The store address advances with kv0 (recomputed from the block's row it cost ~12 instructions).
-    float* out = out_thr + kv0;
-    for (; kv0 <= fast_hi; kv0 += C::kBlockKeys, out += C::kBlockKeys) {
-      const float ks = mma_block();
+    // The segment's slots [s0, s1) as one register, a mask of the slots: s1 (where the next
+    // segment's search starts) is one past its highest bit. Registers for s0 / s1 spilled.
+    u32 seg = 0;
+    for (;;) {
+      long long seg_hi = 0;
+      {
+        int s0 = 0, s1 = 0;
+        if (!next_segment(32 - __clz(seg), s0, s1, seg_hi)) break;
+        seg = ((1u << s1) - 1u) & ~((1u << s0) - 1u);
+      }
+      // Key positions fit 32 bits (max_keys < 2^31, checked by the host): int keeps the loop state in
+      // fewer registers.
+      const int kv_hi = static_cast<int>(seg_hi);
+      // Keys below all_vis are visible to every token of the CTA (0 when one of them is not in the
+      // segment). Blocks whose quarter of this warpgroup lies below it (kv0 <= fast_hi) store without
+      // per-key checks; the rest of the segment's blocks check every key.
+      int all_vis = kv_hi;
 #pragma unroll
       for (int tt = 0; tt < C::kBlockQ; ++tt) {
-        const float mine = head_sum<H, C::kBlockQ>(acc, wq, tt, odd);
-        if (quad < 2) out[tt * a.score_row_stride] = mine * ks;
+        const int v = (seg >> tt) & 1u ? static_cast<int>(s_visible[buf * C::kBlockQ + tt]) : 0;
+        all_vis = v < all_vis ? v : all_vis;
+      }
+      const int fast_hi = all_vis - C::kQuarterKeys * (wg + 1);
+      int kv0 = s_split_lo[buf];
+      // Steady state: every key of the quarter is visible to every token of the CTA. The loop bound is
+      // also below kv_hi (all_vis <= kv_hi), so every block of this loop exists for every warpgroup.
+      // The store address advances with kv0 (recomputed from the block's row it cost ~12 instructions).
+      float* out = a.scores + s_row0[buf] * a.score_row_stride + my_row + kv0;
+      for (; kv0 <= fast_hi; kv0 += C::kBlockKeys, out += C::kBlockKeys) {
+        const float ks = mma_block();
+#pragma unroll
+        for (int tt = 0; tt < C::kBlockQ; ++tt) {
+          const float mine = head_sum<H, C::kBlockQ>(acc, wq, tt, odd);
+          if (quad < 2) out[tt * a.score_row_stride] = mine * ks;
+        }
+      }
+      // Boundary blocks (other warpgroups may still be in the steady loop for the same block: the
+      // loops differ per warpgroup only in where they switch, not in the blocks they consume). Store
+      // the keys each token of the segment sees: v8 never writes a key at or past a token's visible
+      // count. A quarter wholly past the segment's keys was not copied and stores nothing. The end of
+      // the segment's keys (kv_hi, as next_segment computed it) is read again from shared memory
+      // rather than kept through the steady loop: at H 32 (4 tokens) that register spilled.
+      long long seg_vis = 0;
+#pragma unroll
+      for (int tt = 0; tt < C::kBlockQ; ++tt)
+        if (((seg >> tt) & 1u) && s_visible[buf * C::kBlockQ + tt] > seg_vis) seg_vis = s_visible[buf * C::kBlockQ + tt];
+      const long long split_hi = static_cast<long long>(s_split_lo[buf]) + a.keys_per_split;
+      const int kv_end = static_cast<int>(split_hi < seg_vis ? split_hi : seg_vis);
+      // `out` is at key kv0 on leaving the steady loop.
+      for (; kv0 < kv_end; kv0 += C::kBlockKeys, out += C::kBlockKeys) {
+        const float ks = mma_block();
+        const int j = kv0 + my_row;
+#pragma unroll
+        for (int tt = 0; tt < C::kBlockQ; ++tt) {
+          const float mine = head_sum<H, C::kBlockQ>(acc, wq, tt, odd);
+          if (quad < 2 && ((seg >> tt) & 1u) && j < s_visible[buf * C::kBlockQ + tt]) out[tt * a.score_row_stride] = mine * ks;
+        }
       }
     }
-    // Boundary blocks (other warpgroups may still be in the steady loop for the same block: the
-    // loops differ per warpgroup only in where they switch, not in the blocks they consume). Store
-    // the keys each token of the segment sees: v8 never writes a key at or past a token's visible
-    // count. A quarter wholly past the segment's keys was not copied and stores nothing. The end of
-    // the segment's keys (kv_hi, as next_segment computed it) is read again from shared memory
-    // rather than kept through the steady loop: at H 32 (4 tokens) that register spilled.
-    long long seg_vis = 0;
-#pragma unroll
-    for (int tt = 0; tt < C::kBlockQ; ++tt)
-      if (((seg >> tt) & 1u) && s_visible[tt] > seg_vis) seg_vis = s_visible[tt];
-    const int kv_end = static_cast<int>(split_lo + a.keys_per_split < seg_vis ? split_lo + a.keys_per_split : seg_vis);
-    for (; kv0 < kv_end; kv0 += C::kBlockKeys) {
-      const float ks = mma_block();
-      const int j = kv0 + my_row;
-      float* const out = out_thr + kv0;
-#pragma unroll
-      for (int tt = 0; tt < C::kBlockQ; ++tt) {
-        const float mine = head_sum<H, C::kBlockQ>(acc, wq, tt, odd);
-        if (quad < 2 && ((seg >> tt) & 1u) && j < s_visible[tt]) out[tt * a.score_row_stride] = mine * ks;
-      }
-    }
+    // Done with the item's Q tile, weights and slots (its MMAs completed in mma_block): the producer
+    // may load item + 2 into this buffer.
+    mbar_arrive(q_empty_bar + 8 * buf);
   }
 }
 

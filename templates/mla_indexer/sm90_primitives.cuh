@@ -55,6 +55,9 @@ template <int BLOCK_Q, int H, int W_QUAD>
 MJ_DEVICE void load_q_and_weights(const MlaIndexerScoresArgs& a, long long block_row0, u32 q_s, float* w_sm,
                                   int tid, int nthreads) {
   constexpr int kDepth = 128;
+  // Rolled: v10's producer warps call this once per work item at 32 registers, where the
+  // addresses of unrolled iterations, hoisted out of the item loop, spilled.
+#pragma unroll 1
   for (int c = tid; c < BLOCK_Q * H * 8; c += nthreads) {
     const int row = c >> 3, chunk = c & 7;
     const long long t = a.chunk_row_begin + block_row0 + row / H;
@@ -63,6 +66,7 @@ MJ_DEVICE void load_q_and_weights(const MlaIndexerScoresArgs& a, long long block
     cp_async_16(q_s + row * 128 + ((chunk ^ (row & 7)) << 4), src, ok ? 16u : 0u);
   }
   cp_async_commit();
+#pragma unroll 1
   for (int n = tid; n < BLOCK_Q * H; n += nthreads) {
     const int slot = n / H, h = n % H;
     const long long t = a.chunk_row_begin + block_row0 + slot;

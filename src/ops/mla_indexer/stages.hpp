@@ -14,6 +14,10 @@ enum IndexerStage : unsigned {
   // Use the portable (FMA) scores entry even on sm_90a, so that the GPU tests cover the path
   // that sm_80/sm_89 devices run.
   kIndexerForcePortable = 4u,
+  // Scorer v10 with one work item per CTA (grid = items, the hardware deals the CTAs to the SMs:
+  // v10's launch before the persistent grid) instead of one persistent CTA per SM, so that tests
+  // and the benchmark compare the two launches in one binary.
+  kIndexerOneItemPerCta = 8u,
 };
 
 // Same contract as ops::mla_indexer; `stages` is a mask of IndexerStage. Running only the top-k
