@@ -63,8 +63,10 @@ struct GpuRun {
   bool one_chunk = false;
 };
 
+// `launch` 0 runs ops::mla_indexer; else ops::detail::mla_indexer_run with the scores and top-k
+// stages and these extra IndexerStage flags (kIndexerForcePortable, kIndexerOneItemPerCta, ...).
 GpuRun run_gpu(const ref::IndexerInputs& in, const MlaIndexerParams& p, size_t workspace_rows = 0,
-               bool portable = false) {
+               unsigned launch = 0) {
   const int64_t T = in.num_tokens();
   const int B = in.batch();
   DeviceBuffer q = upload(in.q), qs = upload(in.qs), off = upload(in.row_offsets), cl = upload(in.cache_lengths),
@@ -86,10 +88,9 @@ GpuRun run_gpu(const ref::IndexerInputs& in, const MlaIndexerParams& p, size_t w
   const TensorView vq(q.get(), DType::fp8_e4m3, {T, p.num_heads, 128}), vqs(qs.get(), DType::f32, {T, p.num_heads}),
       voff(off.get(), DType::u32, {B + 1}), vout(out.get(), DType::i32, {T, p.top_k}),
       vws(ws.get(), DType::f32, {static_cast<int64_t>(ws_bytes / 4)});
-  if (portable)
-    ops::detail::mla_indexer_run(
-        p, vq, vqs, voff, kc, in.layer, in.max_keys, vout, vws, nullptr,
-        ops::detail::kIndexerScores | ops::detail::kIndexerTopk | ops::detail::kIndexerForcePortable);
+  if (launch != 0)
+    ops::detail::mla_indexer_run(p, vq, vqs, voff, kc, in.layer, in.max_keys, vout, vws, nullptr,
+                                 ops::detail::kIndexerScores | ops::detail::kIndexerTopk | launch);
   else
     ops::mla_indexer(p, vq, vqs, voff, kc, in.layer, in.max_keys, vout, vws);
   driver::synchronize();
@@ -227,7 +228,8 @@ Report compare(const ref::IndexerInputs& in, const MlaIndexerParams& p, const Gp
 GpuRun run_and_check_one(const char* name, const ref::IndexerInputs& in, MlaIndexerParams p, bool exact,
                          size_t workspace_rows, bool portable) {
   p.emit = IndexEmit::logical;
-  const GpuRun g = run_gpu(in, p, workspace_rows, portable);
+  const unsigned launch = portable ? ops::detail::kIndexerForcePortable : 0u;
+  const GpuRun g = run_gpu(in, p, workspace_rows, launch);
   const bool fp8_mma = !portable && Runtime::global().arch() == "sm_90a";
   const Report rep = compare(in, p, g, exact, fp8_mma);
   std::printf("  mla_indexer %-30s H%-3d k%-5d p%-4d bkv%-3d %s %s: %d failures (%s), max score error %.2e%s\n", name,
@@ -239,7 +241,7 @@ GpuRun run_and_check_one(const char* name, const ref::IndexerInputs& in, MlaInde
 
   // emit = physical: the same selection, remapped through the lookup table.
   p.emit = IndexEmit::physical;
-  const GpuRun phys = run_gpu(in, p, workspace_rows, portable);
+  const GpuRun phys = run_gpu(in, p, workspace_rows, launch);
   int bad = 0;
   std::string first;
   for (int64_t t = 0; t < in.num_tokens(); ++t) {
@@ -256,11 +258,29 @@ GpuRun run_and_check_one(const char* name, const ref::IndexerInputs& in, MlaInde
   return g;
 }
 
+// Byte-for-byte comparison of two runs: top-k output, and the workspace when it held every row.
+void check_identical(const GpuRun& want, const GpuRun& got, const std::string& what) {
+  INFO(what);
+  CHECK(got.out == want.out);
+  if (want.one_chunk) {
+    CHECK(got.scores.size() == want.scores.size());
+    size_t first_diff = want.scores.size();
+    for (size_t x = 0; x < want.scores.size() && x < got.scores.size() && first_diff == want.scores.size(); ++x)
+      if (std::memcmp(&want.scores[x], &got.scores[x], 4) != 0) first_diff = x;
+    INFO("first differing workspace float: " << first_diff << " (row "
+                                             << first_diff / std::max<int64_t>(want.row_stride, 1) << ")");
+    CHECK(first_diff == want.scores.size());
+  }
+}
+
 // Runs the case on every scorer variant of the device: the portable path when asked, else (on
 // sm_90a) v8 (block_kv 64) and v10 (block_kv 256; also what 0, the heuristic, runs). v10 computes the same function with the same
 // per-thread arithmetic and stores the same keys, so beyond the reference checks its workspace
 // (scores of visible keys, and the NaN fill of the keys no token sees, which neither may write)
-// and its top-k output must equal v8's byte for byte.
+// and its top-k output must equal v8's byte for byte. v10 runs in its three launches: the
+// persistent grid (the default, checked against the reference), one work item per CTA, and a
+// persistent grid of a few CTAs (kIndexerSmallGrid: many items per CTA, in uneven numbers, across
+// sequences and key splits); the last two are compared with v8 byte for byte.
 void run_and_check(const char* name, const ref::IndexerCase& c, MlaIndexerParams p, bool exact,
                    size_t workspace_rows = 0, bool portable = false) {
   const ref::IndexerInputs in = ref::make_indexer_inputs(c);
@@ -273,17 +293,13 @@ void run_and_check(const char* name, const ref::IndexerCase& c, MlaIndexerParams
   if (!sm90) return;
   p.block_kv = 256;
   const GpuRun v10 = run_and_check_one(name, in, p, exact, workspace_rows, portable);
-  INFO(std::string(name) << " H" << p.num_heads << ": block_kv 256 vs 64");
-  CHECK(v10.out == v8.out);
-  if (v8.one_chunk) {
-    CHECK(v10.scores.size() == v8.scores.size());
-    size_t first_diff = v8.scores.size();
-    for (size_t x = 0; x < v8.scores.size() && first_diff == v8.scores.size(); ++x)
-      if (std::memcmp(&v8.scores[x], &v10.scores[x], 4) != 0) first_diff = x;
-    INFO("first differing workspace float: " << first_diff << " (row " << first_diff / std::max<int64_t>(v8.row_stride, 1)
-                                             << ")");
-    CHECK(first_diff == v8.scores.size());
-  }
+  const std::string tag = std::string(name) + " H" + std::to_string(p.num_heads) + ": block_kv 256";
+  check_identical(v8, v10, tag + " (persistent grid) vs 64");
+  p.emit = IndexEmit::logical;
+  check_identical(v8, run_gpu(in, p, workspace_rows, ops::detail::kIndexerOneItemPerCta),
+                  tag + " (one work item per CTA) vs 64");
+  check_identical(v8, run_gpu(in, p, workspace_rows, ops::detail::kIndexerSmallGrid),
+                  tag + " (persistent grid of few CTAs) vs 64");
 }
 
 }  // namespace
@@ -350,6 +366,38 @@ TEST_SUITE("gpu mla_indexer") {
       p.num_stages = stages[x];
       run_and_check("pages", c, p, false);
     }
+  }
+
+  TEST_CASE("v10 work items: more q blocks than SMs, one CTA walks items of several sequences") {
+    // 360 tokens at H 128 (one token per q block) in 6 sequences: the persistent grid of one CTA per
+    // SM deals 2-3 items to every CTA, consecutive items of different sequences; the small grid
+    // (run_and_check) deals ~50 per CTA. Causal and not, ragged lengths, page 32.
+    for (Mask m : {Mask::causal, Mask::none}) {
+      ref::IndexerCase c;
+      c.num_heads = 128;
+      c.page_size = 32;
+      c.mask = m;
+      c.new_tokens = {100, 3, 150, 1, 70, 36};
+      c.cache_lens = {400, 900, 0, 1023, 60, 300};
+      c.seed = 61 + (m == Mask::none ? 1 : 0);
+      MlaIndexerParams p;
+      p.top_k = 128;
+      run_and_check("work items", c, p, false);
+    }
+  }
+
+  TEST_CASE("v10 work items: few q blocks, many key splits, fewer tokens than SMs") {
+    // 6 tokens at H 64 (3 q blocks) over 20000 keys: the persistent grid splits the keys into ~40
+    // items of a few blocks (one per CTA); the small grid deals items of different splits and
+    // q blocks to each CTA, the last split shorter.
+    ref::IndexerCase c;
+    c.num_heads = 64;
+    c.new_tokens = {4, 2};
+    c.cache_lens = {19996, 7000};
+    c.seed = 71;
+    MlaIndexerParams p;
+    p.top_k = 512;
+    run_and_check("few q blocks, many splits", c, p, false);
   }
 
   TEST_CASE("portable (sm_80/sm_89) scores path on the same prefill batch") {

@@ -206,7 +206,8 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
         // Grid and key split (plan.hpp, sm90_work): v10 runs persistent CTAs (one per SM) unless
         // the caller asks for one work item per CTA; v8 runs its (q blocks, splits) grid.
         const indexer::Sm90Work w =
-            indexer::sm90_work(lay, rows, max_keys_per_seq, sms, !(stages & kIndexerOneItemPerCta));
+            indexer::sm90_work(lay, rows, max_keys_per_seq, (stages & kIndexerSmallGrid) ? kIndexerSmallGridSms : sms,
+                               !(stages & kIndexerOneItemPerCta));
         sa.keys_per_split = w.keys_per_split;
         d.grid[0] = w.grid_x;
         d.grid[1] = w.grid_y;
