@@ -390,7 +390,7 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
   const int row_lo = warp_in_wg * 16 + (lane >> 2);  // key rows row_lo and row_lo + 8 of the quarter
   const int my_row = C::kQuarterKeys * wg + row_lo + 8 * odd;  // the block row this thread stores
   const u64 desc_b0 = sw128_kmajor_desc(q_s);  // Q buffer 0
-  const u32 desc_b_lo = static_cast<u32>(desc_b0), desc_b_hi = static_cast<u32>(desc_b0 >> 32);
+  u64 desc_b = desc_b0;                          // the current item's Q buffer (set per item)
   const u64 desc_a0 = sw128_kmajor_desc(k_s + wg * C::kQuarterBytes);  // stage 0
   const u32 desc_a_lo = static_cast<u32>(desc_a0), desc_a_hi = static_cast<u32>(desc_a0 >> 32);
   float acc[64];
@@ -416,13 +416,12 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
     // carry out of it): 32-bit adds on the low word, the high word is a constant (64-bit adds cost
     // ~10 more instructions per block).
     const u32 a_lo = desc_a_lo + off8 * (C::kStageBytes / 16 / 8);
-    const u32 b_lo = desc_b_lo + (cur & 1u) * (C::kQBytes / 16);  // the item's Q buffer
     fence_operands(acc);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
       wgmma_m64n128k32_e4m3(acc, (static_cast<u64>(desc_a_hi) << 32) | (a_lo + 2 * kk),
-                            (static_cast<u64>(desc_b_hi) << 32) | (b_lo + 2 * kk), kk > 0 ? 1u : 0u);
+                            desc_b + 2 * kk, kk > 0 ? 1u : 0u);
     wgmma_commit();
     wgmma_wait<0>();
     fence_operands(acc);
@@ -444,6 +443,8 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
     const u32 buf = item & 1u;
     // The item's token slots, Q tile and weights (the producer loaded them ahead).
     mbar_wait(q_full_bar + 8 * buf, (item >> 1) & 1u);
+    // The buffer offset only moves the start address (bits 0-13, no carry out of them).
+    desc_b = desc_b0 + buf * (C::kQBytes / 16);
 #pragma unroll
     for (int tt = 0; tt < C::kBlockQ; ++tt) {
       const Quad* w = reinterpret_cast<const Quad*>(w_sm + buf * C::kWFloats + tt * C::kWSlot + quad * C::kWQuad);
