@@ -91,7 +91,7 @@ struct ScoresSm90Blk {
   static constexpr int kTmaPageShift = PAGE_SHIFT >= 6 ? PAGE_SHIFT : 6;
   // v11's producer warps (MJ_IDX11_TMA_WARPS): warp p issues the TMAs of quarters p, p + kTmaWarps,
   // ... of every block from one elected lane. 4 (default) = one warp per quarter, one per SM
-  // sub-partition: each scheduler issues ~75 producer instructions per block (SASS, H 64, page 64)
+  // sub-partition: each scheduler issues ~77 producer instructions per block (SASS, H 64, page 64)
   // next to its 4 x ~203 consumer ones. 1 = one thread issues the whole block, as DeepGEMM: ~160
   // on one scheduler (the table reads, row math and 8 TMA issues do not shrink 4x), which would
   // leave that scheduler at v10's ~970 per block.
@@ -353,8 +353,9 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
   indexer::load_token_slots<C::kBlockQ, CAUSAL>(a, block_row0, tid, s_seq, s_visible, s_valid);
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      // v10: every producer lane arrives after its copies landed; v11: the TMA thread arrives once
-      // and the bytes complete the phase (and the 32 lanes that copy the scales without TMA).
+      // v10: every producer lane arrives after its copies landed; v11: each TMA warp's elected lane
+      // arrives once and the bytes complete the phase (plus the warp's 32 lanes when they copy the
+      // scales with cp.async).
       mbar_init(full_bar + 8 * s, !tma ? 32u * C::kProducerWarps : (scales_by_tma ? 1u : 33u) * C::kTmaWarps);
       mbar_init(empty_bar + 8 * s, C::kConsumerThreads);  // every consumer thread arrives
     }
@@ -392,16 +393,15 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
   if (warp >= C::kConsumerThreads / 32) {
     // ---------------- producer warps: paged gathers of 256-key blocks ----------------
     sm90::setmaxnreg_dec<C::kProducerRegs>();
-    // Producer warp pw copies quarters pw, pw + P, ... of each block (v10), or lane 0 of warp 0
-    // copies whole blocks by TMA (v11). Read back from lane 0 so that the compiler knows it is
-    // warp-uniform: the quarter's state then lives in uniform registers (computed per thread, it
-    // spilled ~100 bytes at the producer's 32 registers).
+    // Producer warp pw copies quarters pw, pw + P, ... of each block (P = kProducerWarps in v10,
+    // kTmaWarps in v11). Read back from lane 0 so that the compiler knows it is warp-uniform: the
+    // quarter's state then lives in uniform registers (computed per thread, it spilled ~100 bytes
+    // at the producer's 32 registers).
     const int pw = __shfl_sync(0xffffffffu, warp - C::kConsumerThreads / 32, 0);
     if (pw >= (tma ? C::kTmaWarps : C::kProducerWarps)) return;
-    // v11: the tensor maps' addresses in parameter space, computed once (opaque: otherwise
-    // recomputed at every TMA), and their descriptors prefetched.
-    const void* const k_map = opaque_ptr(static_cast<const void*>(&a.k_map));
-    const void* const scale_map = opaque_ptr(static_cast<const void*>(&a.scale_map));
+    // v11: the tensor maps' generic addresses in parameter space; their descriptors prefetched.
+    const void* const k_map = &a.k_map;
+    const void* const scale_map = &a.scale_map;
     if (tma && lane == 0) {
       tma_prefetch_map(k_map);
       if (scales_by_tma) tma_prefetch_map(scale_map);
