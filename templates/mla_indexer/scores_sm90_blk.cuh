@@ -1,5 +1,5 @@
 #pragma once
-// Indexer scores on Hopper (sm_90a), v10: 256-key blocks split across the warpgroups
+// Indexer scores on Hopper (sm_90a), v10 / v11: 256-key blocks split across the warpgroups
 // (`params.block_kv` 0, the default, or 256; block_kv 64 and page size 1 run v8,
 // mla_indexer/scores_sm90.cuh).
 //
@@ -43,6 +43,14 @@
 // q_empty barrier after their last block of the item. So a consumer starts an item on a Q that is
 // already there (a cold CTA waited for the token slots' DRAM reads, the Q load and the first K
 // block). The K ring's stage and phase run on across items, as in DeepGEMM's persistent MQA logits.
+//
+// v11 (pages >= 64, MJ_IDX11_TMA 1, the default there): the producer loads each 64-key quarter with
+// one TMA (K rows, 128-byte swizzle) and its scales with another (produce_block_tma; op.cpp encodes
+// the tensor maps, ops/mla_indexer/tma.hpp); the full barrier completes on the bytes, and the
+// consumers need no async-proxy fence after their acquire. Same data in the same layout as v10, so
+// the scores are bit-identical; pages 2..32 keep v10's producer (produce_block_cp_async). The
+// item's Q still comes by cp.async (the producer's prologue): with v11 the consumers fence the async
+// proxy once per item, after they acquired its Q buffer, instead of once per block.
 #include "common/types.cuh"
 #include "mla_indexer/common.cuh"
 #include "mla_indexer/scores_sm90.cuh"
@@ -51,6 +59,16 @@
 // Producer warps of v10 (ScoresSm90Blk::kProducerWarps): 4 (default) or 1 (or 2).
 #ifndef MJ_IDX10_PRODUCER_WARPS
 #define MJ_IDX10_PRODUCER_WARPS 4
+#endif
+
+// v11's TMA producer for pages >= 64: 1 (default) or 0 (v10's cp.async producer and consumer fence,
+// for A/B through MLAJIT_NVRTC_EXTRA_OPTIONS="-DMJ_IDX11_TMA=0"). Pages below 64 always run v10's.
+#ifndef MJ_IDX11_TMA
+#define MJ_IDX11_TMA 1
+#endif
+// Producer warps of v11 (ScoresSm90Blk::kTmaWarps): 4 (default), 2 or 1.
+#ifndef MJ_IDX11_TMA_WARPS
+#define MJ_IDX11_TMA_WARPS 4
 #endif
 
 namespace mj {
@@ -79,6 +97,22 @@ struct ScoresSm90Blk {
   // cycles; spread, each scheduler issues ~4 x 213 + ~90. 1 = one warp copies the four quarters.
   static constexpr int kProducerWarps = MJ_IDX10_PRODUCER_WARPS;
   static_assert(kProducerWarps == 1 || kProducerWarps == 2 || kProducerWarps == 4, "producer warps");
+  // v11: pages >= 64 load each quarter by TMA (64 consecutive cache rows); MJ_IDX11_TMA 0 builds
+  // v10's cp.async producer (A/B). kTmaPageShift: the page shift produce_block_tma is instantiated
+  // with (never called below 6).
+  static constexpr bool kTmaBuilt = MJ_IDX11_TMA != 0 && PAGE_SHIFT >= 6;
+  static constexpr int kTmaPageShift = PAGE_SHIFT >= 6 ? PAGE_SHIFT : 6;
+  // v11's producer warps (MJ_IDX11_TMA_WARPS): warp p issues the TMAs of quarters p, p + kTmaWarps,
+  // ... of every block from one elected lane. 4 (default) = one warp per quarter, one per SM
+  // sub-partition: each scheduler issues ~77 producer instructions per block (SASS, H 64, page 64)
+  // next to its 4 x ~203 consumer ones. 1 = one thread issues the whole block, as DeepGEMM: ~160
+  // on one scheduler (the table reads, row math and 8 TMA issues do not shrink 4x), which would
+  // leave that scheduler at v10's ~970 per block.
+  static constexpr int kTmaWarps = MJ_IDX11_TMA_WARPS;
+  static_assert(kTmaWarps == 1 || kTmaWarps == 2 || kTmaWarps == 4, "TMA producer warps");
+  // The producer warps that run (the others leave at once): they copy K and, per work item, load
+  // the token slots, Q tile and weights (barrier counts and the producer's named barrier use it).
+  static constexpr int kLiveProducerWarps = kTmaBuilt ? kTmaWarps : kProducerWarps;
   static constexpr int kProducerRegs = 32;
   static constexpr int kConsumerRegs = 112;
   static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 96 * kThreads,
@@ -133,6 +167,201 @@ MJ_DEVICE float lds_f32(u32 addr) {
   return v;
 }
 
+// v10's copy of one 256-key block (cp.async; every page size >= 2): producer warp pw gathers quarters
+// pw, pw + kProducerWarps, ... into the stage at kdst_block (K) and sdst_block (scales), then every
+// lane arrives on the stage's full barrier when its copies have landed. cp.async writes through
+// the generic proxy: the consumers fence the async proxy after their acquire.
+template <class C, int PAGE_SHIFT>
+MJ_DEVICE void produce_block_cp_async(const MlaIndexerScoresArgs& a, int b, long long kv0, long long kv_hi,
+                                      u32 kdst_block, u32 sdst_block, u32 full_bar, u32 empty_bar, u32 phase, int pw,
+                                      int lane) {
+  const int chunk = lane & 7, lr = lane >> 3;  // 16-byte chunk of a row, row of 4 (v8's copy pattern)
+  mbar_wait(empty_bar, phase ^ 1u);
+#pragma unroll 1
+  for (int qtr = pw; qtr < C::kWgs; qtr += C::kProducerWarps) {
+    const long long q0 = kv0 + qtr * C::kQuarterKeys;  // first key of the quarter
+    // Quarters wholly past the segment's keys are not copied (their warpgroup stores nothing).
+    if (q0 >= kv_hi) break;
+    const int quarter_keys = static_cast<int>(kv_hi - q0 < C::kQuarterKeys ? kv_hi - q0 : C::kQuarterKeys);
+    const u32 kdst = kdst_block + qtr * C::kQuarterBytes;
+    const u32 sdst = sdst_block + qtr * (C::kQuarterKeys * 4);
+    if constexpr (PAGE_SHIFT >= 6) {
+      // One page holds the whole quarter (quarters start on multiples of 64 keys): one table
+      // read (every lane reads the same entry) and 64 contiguous cache rows.
+      const long long row0 = indexer::key_row(a.lookup_table, a.pages_per_seq, a.num_blocks,
+                                              a.block_row_stride, a.layer_row_offset, PAGE_SHIFT, b, q0);
+      const bool mapped = row0 >= 0;
+      if (mapped && quarter_keys == C::kQuarterKeys) {
+        // Steady state. Lane row lr copies rows 4 it + lr, whose swizzle phase (r & 7)
+        // alternates between lr and lr + 4: two destination bases and immediate offsets
+        // address all 16 copies. (v8's loop, below, spends ~15 instructions per copy on the
+        // per-row address, predicate and size; v10 moves 4x v8's K bytes per MMA.)
+        const u8* src = a.k_blocks + (row0 + lr) * C::kDepth + chunk * 16;
+        const u32 d_even = kdst + lr * 128 + ((chunk ^ lr) << 4);
+        const u32 d_odd = kdst + (lr + 4) * 128 + ((chunk ^ (lr + 4)) << 4);
+#pragma unroll
+        for (int it = 0; it < C::kQuarterKeys / 4; ++it)
+          cp_async_16_full((it & 1 ? d_odd : d_even) + (it >> 1) * 1024, src + it * 4 * C::kDepth);
+        const float* ssrc = a.k_scales + (row0 + lane) * a.scale_row_stride;
+        cp_async_4_full(sdst + lane * 4, ssrc);
+        cp_async_4_full(sdst + (lane + 32) * 4, ssrc + 32LL * a.scale_row_stride);
+      } else {
+        // Boundary quarter or unmapped page: rows past the segment's keys or unmapped are
+        // zero-filled.
+        const u8* src = a.k_blocks + (mapped ? row0 : 0) * C::kDepth + chunk * 16;
+#pragma unroll 4
+        for (int it = 0; it < C::kQuarterKeys / 4; ++it) {
+          const int r = 4 * it + lr;
+          const bool ok = mapped && r < quarter_keys;
+          cp_async_16(kdst + r * 128 + ((chunk ^ (r & 7)) << 4), ok ? src + r * C::kDepth : a.k_blocks,
+                      ok ? 16u : 0u);
+        }
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          const int r = lane + 32 * rr;
+          const bool ok = mapped && r < quarter_keys;
+          const float* ssrc = ok ? a.k_scales + (row0 + r) * a.scale_row_stride : a.k_scales;
+          cp_async_4(sdst + r * 4, ssrc, ok ? 4u : 0u);
+        }
+      }
+    } else {
+      // Pages of 2..32 keys (v8's per-page lane lookups): lane l reads the table entry of the
+      // quarter's page l once, and every row takes its page's block from that lane by a
+      // shuffle (per-row table reads were 2.6x slower at page 16 in v5). 32-bit block ids, not
+      // 64-bit rows: with rows the producer spilled at its 32 registers.
+      constexpr int kPageShift = PAGE_SHIFT < 6 ? PAGE_SHIFT : 0;
+      constexpr int kPagesPerQuarter = C::kQuarterKeys >> kPageShift;
+      static_assert(kPagesPerQuarter <= 32, "one table entry per lane");
+      constexpr u32 kNoBlock = 0xffffffffu;  // unmapped (a block id of 2^32 - 1 reads as unmapped)
+      u32 blk = kNoBlock;
+      {
+        const long long page = (q0 >> kPageShift) + lane;  // q0 is a multiple of the page size
+        if (lane < kPagesPerQuarter && (lane << kPageShift) < quarter_keys && page < a.pages_per_seq) {
+          const u32 v = a.lookup_table[static_cast<long long>(b) * a.pages_per_seq + page];
+          if (v < a.num_blocks) blk = v;
+        }
+      }
+      // Every lane of the warp calls it (shuffle), with its own r.
+      auto quarter_row = [&](int r) -> long long {
+        const u32 v = __shfl_sync(0xffffffffu, blk, r >> kPageShift);
+        const long long row = v == kNoBlock ? -1
+                                            : v * a.block_row_stride + a.layer_row_offset +
+                                                  (r & ((1 << kPageShift) - 1));
+        return r < quarter_keys ? row : -1;
+      };
+      // Unrolled by 4 (v8) the loop's hoisted per-row shuffle lanes and offsets spilled at 32
+      // registers; by 2 page 2 still spilled 4 bytes.
+      constexpr int kUnroll = PAGE_SHIFT <= 1 ? 1 : 2;
+#pragma unroll kUnroll
+      for (int it = 0; it < C::kQuarterKeys / 4; ++it) {
+        const int r = 4 * it + lr;
+        const long long row = quarter_row(r);
+        const u8* src = row >= 0 ? a.k_blocks + row * C::kDepth + chunk * 16 : a.k_blocks;
+        cp_async_16(kdst + r * 128 + ((chunk ^ (r & 7)) << 4), src, row >= 0 ? 16u : 0u);
+      }
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const int r = lane + 32 * rr;
+        const long long row = quarter_row(r);
+        const float* ssrc = row >= 0 ? a.k_scales + row * a.scale_row_stride : a.k_scales;
+        cp_async_4(sdst + r * 4, ssrc, row >= 0 ? 4u : 0u);
+      }
+    }
+  }
+  // This warp's share of the block is published when its copies have landed (a warp with no
+  // quarter to copy arrives at once); the block is complete when every producer lane arrived.
+  // The consumers fence the async proxy after their acquire (v8's protocol).
+  mbar_arrive_cp_async(full_bar);
+}
+
+// v11's copy of one 256-key block (pages >= 64: a page holds every 64-key quarter it starts, so a
+// quarter is 64 consecutive cache rows). Producer warp pw takes quarters pw, pw + kTmaWarps, ...:
+// one elected lane issues one TMA per quarter for its K rows (box 64 rows x 128 B, 128-byte
+// swizzle: the 16-byte chunk c of row r lands at (c ^ (r & 7)) << 4 in the 1024-byte aligned
+// quarter, the layout the wgmma descriptors read) and, with `scales_by_tma`, one for its 64 scales,
+// and arrives on the stage's full barrier with the bytes it issued (count kTmaWarps). Without
+// `scales_by_tma` (the scales are not 16-byte aligned) the warp's 32 lanes copy its quarters'
+// scales with cp.async and arrive when they land (count kTmaWarps x 33).
+//
+// No consumer fence either way: the wgmma reads K, written by the TMA through the async proxy and
+// published by the barrier's transactions; the scales are read with ld.shared (generic proxy),
+// ordered after their writes (TMA or cp.async) by the barrier's completion.
+//
+// Quarters wholly past the segment's keys are not copied (as in v10; their warpgroup stores
+// nothing); boundary quarters are copied whole (the page holds the rows; keys past the segment are
+// not stored). An unmapped quarter (page past the table, block id out of range) is loaded from
+// rows [-64, 0), wholly outside both tensors: the TMA fills the box with zeros and still counts its
+// bytes. `lut` is the segment's sequence's row of the lookup table; `k_map` and `scale_map` the
+// generic addresses of a.k_map and a.scale_map.
+template <class C, int PAGE_SHIFT>
+MJ_DEVICE void produce_block_tma(const MlaIndexerScoresArgs& a, const unsigned* lut, const void* k_map,
+                                 const void* scale_map, long long kv0, long long kv_hi, u32 kdst_block, u32 sdst_block,
+                                 u32 full_bar, u32 empty_bar, u32 phase, int pw, int lane, bool scales_by_tma) {
+  static_assert(PAGE_SHIFT >= 6, "a quarter within one page");
+  constexpr int kMine = C::kWgs / C::kTmaWarps;  // quarters per warp
+  constexpr u32 kScaleBytes = C::kQuarterKeys * 4;
+  // Keys fit 31 bits (op.cpp), and so do cache rows (op.cpp checks the row count for v11): 32-bit
+  // math (the uniform datapath's 64-bit multiplies and compares cost ~3x).
+  const int key0 = static_cast<int>(kv0);
+  const int keys_left = static_cast<int>(kv_hi - kv0);  // >= 1
+  const int quarters = keys_left >= C::kBlockKeys ? C::kWgs : (keys_left + C::kQuarterKeys - 1) / C::kQuarterKeys;
+  const int pages = a.pages_per_seq < 0x7fffffff ? static_cast<int>(a.pages_per_seq) : 0x7fffffff;
+  const u32 blocks = a.num_blocks < 0xffffffffLL ? static_cast<u32>(a.num_blocks) : 0xffffffffu;
+  // Table entries of this warp's quarters, read before the wait for the stage so that their latency
+  // overlaps it; a page past the table reads as unmapped.
+  constexpr u32 kNoBlock = 0xffffffffu;
+  u32 blk[kMine];
+#pragma unroll
+  for (int j = 0; j < kMine; ++j) {
+    const int qtr = pw + j * C::kTmaWarps;
+    const int page = (key0 + qtr * C::kQuarterKeys) >> PAGE_SHIFT;
+    blk[j] = qtr < quarters && page < pages ? __ldg(lut + page) : kNoBlock;
+  }
+  mbar_wait(empty_bar, phase ^ 1u);
+  // First cache row of each quarter, or rows [-64, 0) (outside the tensors: zero-filled) unmapped.
+  int row0[kMine];
+#pragma unroll
+  for (int j = 0; j < kMine; ++j) {
+    const int qtr = pw + j * C::kTmaWarps;
+    const u32 in_page = static_cast<u32>(key0 + qtr * C::kQuarterKeys) & ((1u << PAGE_SHIFT) - 1u);
+    row0[j] = blk[j] < blocks ? static_cast<int>(blk[j] * static_cast<u32>(a.block_row_stride) +
+                                                 static_cast<u32>(a.layer_row_offset) + in_page)
+                              : -C::kQuarterKeys;
+  }
+  const int copied = quarters > pw ? (quarters - pw + C::kTmaWarps - 1) / C::kTmaWarps : 0;  // this warp's quarters
+  if (elect_one()) {
+    mbar_arrive_expect_tx(full_bar, copied * (C::kQuarterBytes + (scales_by_tma ? kScaleBytes : 0u)));
+#pragma unroll
+    for (int j = 0; j < kMine; ++j) {
+      const int qtr = pw + j * C::kTmaWarps;
+      if (qtr < quarters) tma_load_2d(kdst_block + qtr * C::kQuarterBytes, k_map, 0, row0[j], full_bar);
+    }
+    if (scales_by_tma) {
+#pragma unroll
+      for (int j = 0; j < kMine; ++j) {
+        const int qtr = pw + j * C::kTmaWarps;
+        if (qtr < quarters) tma_load_1d(sdst_block + qtr * kScaleBytes, scale_map, row0[j], full_bar);
+      }
+    }
+  }
+  if (!scales_by_tma) {
+#pragma unroll
+    for (int j = 0; j < kMine; ++j) {
+      const int qtr = pw + j * C::kTmaWarps;
+      if (qtr < quarters) {
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          const int r = lane + 32 * rr;
+          const bool ok = row0[j] >= 0;
+          const float* src = ok ? a.k_scales + static_cast<long long>(row0[j] + r) * a.scale_row_stride : a.k_scales;
+          cp_async_4(sdst_block + qtr * kScaleBytes + r * 4, src, ok ? 4u : 0u);
+        }
+      }
+    }
+    mbar_arrive_cp_async(full_bar);
+  }
+}
+
 template <int H, int PAGE_SHIFT, bool CAUSAL, int STAGES>
 __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
   using C = ScoresSm90Blk<H, PAGE_SHIFT, CAUSAL, STAGES>;
@@ -159,19 +388,26 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
   const u32 q_full_bar = empty_bar + STAGES * 8;
   const u32 q_empty_bar = q_full_bar + C::kQBufs * 8;
 
+  // v11 (TMA producer) when built for this page size (the host then always encodes the K map); its
+  // scales come by TMA too when the host could encode their map.
+  constexpr bool tma = C::kTmaBuilt;
+  const bool scales_by_tma = a.scales_by_tma != 0;
   const int tid = threadIdx.x;
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full_bar + 8 * s, 32 * C::kProducerWarps);  // every producer lane arrives after its copies landed
+      // v10: every producer lane arrives after its copies landed; v11: each TMA warp's elected lane
+      // arrives once and the bytes complete the phase (plus the warp's 32 lanes when they copy the
+      // scales with cp.async).
+      mbar_init(full_bar + 8 * s, !tma ? 32u * C::kProducerWarps : (scales_by_tma ? 1u : 33u) * C::kTmaWarps);
       mbar_init(empty_bar + 8 * s, C::kConsumerThreads);  // every consumer thread arrives
     }
     for (int q = 0; q < C::kQBufs; ++q) {
       // Every producer lane arrives twice: once when its Q copies landed (cp.async), once after its
       // stores of the weights and token slots (a release).
-      mbar_init(q_full_bar + 8 * q, 2 * 32 * C::kProducerWarps);
+      mbar_init(q_full_bar + 8 * q, 2 * 32 * C::kLiveProducerWarps);
       mbar_init(q_empty_bar + 8 * q, C::kConsumerThreads);  // every consumer thread arrives
     }
-    mbar_init_fence();  // the cp.async arrivals come through the async unit
+    mbar_init_fence();  // the cp.async arrivals and the TMA transactions come through the async unit
   }
   __syncthreads();
   // From here the producer loads the first item's token slots and Q, then gathers K; the consumers
@@ -210,15 +446,22 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
   if (warp >= C::kConsumerThreads / 32) {
     // ---------------- producer warps: paged gathers of 256-key blocks ----------------
     sm90::setmaxnreg_dec<C::kProducerRegs>();
-    if (warp - C::kConsumerThreads / 32 >= C::kProducerWarps) return;
-    // Producer warp pw copies quarters pw, pw + P, ... of each block. Read back from lane 0 so that
-    // the compiler knows it is warp-uniform: the quarter's state then lives in uniform registers
-    // (computed per thread, it spilled ~100 bytes at the producer's 32 registers).
+    // Producer warp pw copies quarters pw, pw + P, ... of each block (P = kProducerWarps in v10,
+    // kTmaWarps in v11). Read back from lane 0 so that the compiler knows it is warp-uniform: the
+    // quarter's state then lives in uniform registers (computed per thread, it spilled ~100 bytes
+    // at the producer's 32 registers).
     const int pw = __shfl_sync(0xffffffffu, warp - C::kConsumerThreads / 32, 0);
+    if (pw >= C::kLiveProducerWarps) return;
+    // v11: the tensor maps' generic addresses in parameter space; their descriptors prefetched.
+    const void* const k_map = &a.k_map;
+    const void* const scale_map = &a.scale_map;
+    if (tma && lane == 0) {
+      tma_prefetch_map(k_map);
+      if (scales_by_tma) tma_prefetch_map(scale_map);
+    }
     u32 stage = 0, phase = 0;
     int s0 = 0, s1 = 0;
     long long kv_hi = 0;
-    const int chunk = lane & 7, lr = lane >> 3;  // 16-byte chunk of a row, row of 4 (v8's copy pattern)
     // Prologue of item `item` (Q buffer item & 1): token slots, Q tile and weights, published on the
     // buffer's q_full barrier. Runs while the consumers still work on the blocks of the item before
     // (the ring holds up to STAGES of them). False past the CTA's last item.
@@ -231,7 +474,7 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
       cur = item;
       // Every producer warp is past the previous item, so none still reads the token slots of item
       // - 2, which this buffer held.
-      sm90::named_bar_sync(2, 32 * C::kProducerWarps);
+      sm90::named_bar_sync(2, 32 * C::kLiveProducerWarps);
       // The consumers are done with item - 2's Q tile, weights and slots.
       if (item >= 2) mbar_wait(q_empty_bar + 8 * buf, ((item >> 1) - 1) & 1u);
       const int sb = static_cast<int>(buf) * C::kBlockQ;
@@ -243,11 +486,11 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
         }
       }
       load_q_and_weights<C::kBlockQ, H, C::kWQuad>(a, row0, q_s + buf * C::kQBytes, w_sm + buf * C::kWFloats,
-                                                   tid - C::kConsumerThreads, 32 * C::kProducerWarps);
+                                                   tid - C::kConsumerThreads, 32 * C::kLiveProducerWarps);
       mbar_arrive_cp_async(q_full_bar + 8 * buf);  // when this lane's Q copies landed
       mbar_arrive(q_full_bar + 8 * buf);           // releases its weight and slot stores
       // The slots are visible to every producer warp.
-      sm90::named_bar_sync(2, 32 * C::kProducerWarps);
+      sm90::named_bar_sync(2, 32 * C::kLiveProducerWarps);
       return true;
     };
     // The next segment of the current item, else the first segment of the next item that has one
@@ -264,105 +507,18 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
     for (bool have = next_work(true); have; have = next_work(false)) {
       const int b = s_seq[static_cast<int>(item & 1u) * C::kBlockQ + s0];
       const long long split_lo = s_split_lo[item & 1u];
+      // v11's row of the lookup table (opaque: the per-quarter page offsets are then one add each).
+      const unsigned* const lut = opaque_ptr(a.lookup_table + static_cast<long long>(b) * a.pages_per_seq);
       for (long long kv0 = split_lo; kv0 < kv_hi; kv0 += C::kBlockKeys) {
-        mbar_wait(empty_bar + 8 * stage, phase ^ 1u);
         const u32 kdst_block = k_s + stage * C::kStageBytes;
         const u32 sdst_block = ks_s + stage * (C::kBlockKeys * 4);
-#pragma unroll 1
-        for (int qtr = pw; qtr < C::kWgs; qtr += C::kProducerWarps) {
-          const long long q0 = kv0 + qtr * C::kQuarterKeys;  // first key of the quarter
-          // Quarters wholly past the segment's keys are not copied (their warpgroup stores nothing).
-          if (q0 >= kv_hi) break;
-          const int quarter_keys = static_cast<int>(kv_hi - q0 < C::kQuarterKeys ? kv_hi - q0 : C::kQuarterKeys);
-          const u32 kdst = kdst_block + qtr * C::kQuarterBytes;
-          const u32 sdst = sdst_block + qtr * (C::kQuarterKeys * 4);
-          if constexpr (PAGE_SHIFT >= 6) {
-            // One page holds the whole quarter (quarters start on multiples of 64 keys): one table
-            // read (every lane reads the same entry) and 64 contiguous cache rows.
-            const long long row0 = indexer::key_row(a.lookup_table, a.pages_per_seq, a.num_blocks,
-                                                    a.block_row_stride, a.layer_row_offset, PAGE_SHIFT, b, q0);
-            const bool mapped = row0 >= 0;
-            if (mapped && quarter_keys == C::kQuarterKeys) {
-              // Steady state. Lane row lr copies rows 4 it + lr, whose swizzle phase (r & 7)
-              // alternates between lr and lr + 4: two destination bases and immediate offsets
-              // address all 16 copies. (v8's loop, below, spends ~15 instructions per copy on the
-              // per-row address, predicate and size; v10 moves 4x v8's K bytes per MMA.)
-              const u8* src = a.k_blocks + (row0 + lr) * C::kDepth + chunk * 16;
-              const u32 d_even = kdst + lr * 128 + ((chunk ^ lr) << 4);
-              const u32 d_odd = kdst + (lr + 4) * 128 + ((chunk ^ (lr + 4)) << 4);
-#pragma unroll
-              for (int it = 0; it < C::kQuarterKeys / 4; ++it)
-                cp_async_16_full((it & 1 ? d_odd : d_even) + (it >> 1) * 1024, src + it * 4 * C::kDepth);
-              const float* ssrc = a.k_scales + (row0 + lane) * a.scale_row_stride;
-              cp_async_4_full(sdst + lane * 4, ssrc);
-              cp_async_4_full(sdst + (lane + 32) * 4, ssrc + 32LL * a.scale_row_stride);
-            } else {
-              // Boundary quarter or unmapped page: rows past the segment's keys or unmapped are
-              // zero-filled.
-              const u8* src = a.k_blocks + (mapped ? row0 : 0) * C::kDepth + chunk * 16;
-#pragma unroll 4
-              for (int it = 0; it < C::kQuarterKeys / 4; ++it) {
-                const int r = 4 * it + lr;
-                const bool ok = mapped && r < quarter_keys;
-                cp_async_16(kdst + r * 128 + ((chunk ^ (r & 7)) << 4), ok ? src + r * C::kDepth : a.k_blocks,
-                            ok ? 16u : 0u);
-              }
-#pragma unroll
-              for (int rr = 0; rr < 2; ++rr) {
-                const int r = lane + 32 * rr;
-                const bool ok = mapped && r < quarter_keys;
-                const float* ssrc = ok ? a.k_scales + (row0 + r) * a.scale_row_stride : a.k_scales;
-                cp_async_4(sdst + r * 4, ssrc, ok ? 4u : 0u);
-              }
-            }
-          } else {
-            // Pages of 2..32 keys (v8's per-page lane lookups): lane l reads the table entry of the
-            // quarter's page l once, and every row takes its page's block from that lane by a
-            // shuffle (per-row table reads were 2.6x slower at page 16 in v5). 32-bit block ids, not
-            // 64-bit rows: with rows the producer spilled at its 32 registers.
-            constexpr int kPageShift = PAGE_SHIFT < 6 ? PAGE_SHIFT : 0;
-            constexpr int kPagesPerQuarter = C::kQuarterKeys >> kPageShift;
-            static_assert(kPagesPerQuarter <= 32, "one table entry per lane");
-            constexpr u32 kNoBlock = 0xffffffffu;  // unmapped (a block id of 2^32 - 1 reads as unmapped)
-            u32 blk = kNoBlock;
-            {
-              const long long page = (q0 >> kPageShift) + lane;  // q0 is a multiple of the page size
-              if (lane < kPagesPerQuarter && (lane << kPageShift) < quarter_keys && page < a.pages_per_seq) {
-                const u32 v = a.lookup_table[static_cast<long long>(b) * a.pages_per_seq + page];
-                if (v < a.num_blocks) blk = v;
-              }
-            }
-            // Every lane of the warp calls it (shuffle), with its own r.
-            auto quarter_row = [&](int r) -> long long {
-              const u32 v = __shfl_sync(0xffffffffu, blk, r >> kPageShift);
-              const long long row = v == kNoBlock ? -1
-                                                  : v * a.block_row_stride + a.layer_row_offset +
-                                                        (r & ((1 << kPageShift) - 1));
-              return r < quarter_keys ? row : -1;
-            };
-            // Unrolled by 4 (v8) the loop's hoisted per-row shuffle lanes and offsets spilled at 32
-            // registers; by 2 page 2 still spilled 4 bytes.
-            constexpr int kUnroll = PAGE_SHIFT <= 1 ? 1 : 2;
-#pragma unroll kUnroll
-            for (int it = 0; it < C::kQuarterKeys / 4; ++it) {
-              const int r = 4 * it + lr;
-              const long long row = quarter_row(r);
-              const u8* src = row >= 0 ? a.k_blocks + row * C::kDepth + chunk * 16 : a.k_blocks;
-              cp_async_16(kdst + r * 128 + ((chunk ^ (r & 7)) << 4), src, row >= 0 ? 16u : 0u);
-            }
-#pragma unroll
-            for (int rr = 0; rr < 2; ++rr) {
-              const int r = lane + 32 * rr;
-              const long long row = quarter_row(r);
-              const float* ssrc = row >= 0 ? a.k_scales + row * a.scale_row_stride : a.k_scales;
-              cp_async_4(sdst + r * 4, ssrc, row >= 0 ? 4u : 0u);
-            }
-          }
-        }
-        // This warp's share of the block is published when its copies have landed (a warp with no
-        // quarter to copy arrives at once); the block is complete when every producer lane arrived.
-        // The consumers fence the async proxy after their acquire (v8's protocol).
-        mbar_arrive_cp_async(full_bar + 8 * stage);
+        if (tma)
+          produce_block_tma<C, C::kTmaPageShift>(a, lut, k_map, scale_map, kv0, kv_hi, kdst_block, sdst_block,
+                                                 full_bar + 8 * stage, empty_bar + 8 * stage, phase,
+                                                 C::kTmaWarps == 1 ? 0 : pw, lane, scales_by_tma);
+        else
+          produce_block_cp_async<C, PAGE_SHIFT>(a, b, kv0, kv_hi, kdst_block, sdst_block, full_bar + 8 * stage,
+                                                empty_bar + 8 * stage, phase, pw, lane);
         if (++stage == STAGES) {
           stage = 0;
           phase ^= 1u;
@@ -408,9 +564,10 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
   auto mma_block = [&]() -> float {
     const u32 off8 = ring & 0xffffu;
     mbar_wait(full_bar + off8, ring >> 31);
-    // cp.async wrote the block (and the item's Q) through the generic proxy; the wgmma reads them
-    // through the async one.
-    fence_proxy_async_smem();
+    // cp.async (v10) wrote the block (and the item's Q) through the generic proxy; the wgmma reads
+    // them through the async one. The TMA (v11) wrote K through the async proxy (produce_block_tma);
+    // v11 fences for Q after the item's q_full acquire.
+    if constexpr (!tma) fence_proxy_async_smem();
     const float ks = lds_f32(ks_thr + off8 * (C::kBlockKeys * 4 / 8));
     // The stage and k-step offsets only move the start address (bits 0-13, addresses < 256 KiB never
     // carry out of it): 32-bit adds on the low word, the high word is a constant (64-bit adds cost
@@ -443,6 +600,10 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
     const u32 buf = item & 1u;
     // The item's token slots, Q tile and weights (the producer loaded them ahead).
     mbar_wait(q_full_bar + 8 * buf, (item >> 1) & 1u);
+    // The producer wrote Q with cp.async (generic proxy); the wgmma reads it through the async one.
+    // v10 fences after every block's acquire (mma_block), which covers Q; v11's blocks need no fence,
+    // so Q gets its own here, once per item.
+    if constexpr (tma) fence_proxy_async_smem();
     // The buffer offset only moves the start address (bits 0-13, no carry out of them).
     desc_b = desc_b0 + buf * (C::kQBytes / 16);
 #pragma unroll

@@ -9,6 +9,7 @@
 #include "mlajit/codegen.hpp"
 #include "mlajit/error.hpp"
 #include "ops/mla_indexer/plan.hpp"
+#include "ops/mla_indexer/tma.hpp"
 
 using namespace mlajit;
 
@@ -156,5 +157,28 @@ TEST_SUITE("mla_indexer plan") {
           }
     CHECK_THROWS_AS(indexer::sm90_work(l, 0, 32768, 132, true), Error);
     CHECK_THROWS_AS(indexer::sm90_work(l, 16, 0, 132, true), Error);
+  }
+
+  TEST_CASE("v11's TMA plan: K by TMA always, scales by TMA when 16-byte aligned with one per row") {
+    const uintptr_t base = uintptr_t{1} << 20;
+    CHECK(indexer::plan_tma(base, base + 256, 1000, 1).scales_by_tma);
+    CHECK(indexer::plan_tma(base + 48, base + 16, (int64_t{1} << 31) - 1, 1).scales_by_tma);
+    // A scales view at a 4-byte offset is valid input: its scales come by cp.async.
+    CHECK_FALSE(indexer::plan_tma(base, base + 4, 1000, 1).scales_by_tma);
+    CHECK_FALSE(indexer::plan_tma(base, base + 8, 1000, 1).scales_by_tma);
+    CHECK_FALSE(indexer::plan_tma(base, base, 1000, 2).scales_by_tma);
+    // What the TMA cannot address is named.
+    auto error_of = [](uintptr_t k, int64_t rows) -> std::string {
+      try {
+        indexer::plan_tma(k, 1 << 20, rows, 1);
+      } catch (const Error& e) {
+        CHECK(e.kind() == ErrorKind::InvalidArgument);
+        return e.what();
+      }
+      return "(no error)";
+    };
+    CHECK(error_of(base + 8, 1000).rfind("k_cache.blocks address", 0) == 0);
+    CHECK(error_of(base, int64_t{1} << 31).rfind("k_cache rows", 0) == 0);
+    CHECK(error_of(base, 0).rfind("k_cache rows", 0) == 0);
   }
 }
