@@ -80,6 +80,18 @@ void stream_synchronize(Stream s);
 // stream's global capture is active): cuStreamIsCapturing says anything but "none".
 bool stream_capturing(Stream s);
 
+// TMA descriptors (cuTensorMapEncodeTiled; sm_90+). A descriptor is host data: 128 bytes, 64-byte
+// aligned, passed to a kernel by value (a __grid_constant__ parameter) and read by the TMA unit.
+enum class TmaDataType { u8 = 0, u32 = 2 };          // CUtensorMapDataType
+enum class TmaSwizzle { none = 0, bytes128 = 3 };    // CUtensorMapSwizzle
+// Encodes a tiled descriptor of the tensor at `global` (16-byte aligned) with `rank` (1..5)
+// dimensions dims[0] (innermost, elements) ... dims[rank - 1], byte strides of dimensions 1..rank-1
+// in strides_bytes[0 .. rank - 2], and boxes of box[0 .. rank - 1] elements; no interleave,
+// element strides 1, L2 promotion 256 B, out-of-bounds elements read as zeros. Throws
+// Error(Driver) naming the arguments when the driver lacks the call or rejects them.
+void encode_tma_tiled(void* map, TmaDataType type, unsigned rank, const void* global, const uint64_t* dims,
+                      const uint64_t* strides_bytes, const uint32_t* box, TmaSwizzle swizzle);
+
 // ---- modules and launches (the runtime's building blocks; tests use them for raw baselines) ----
 using Function = void*;  // a CUfunction
 

@@ -50,6 +50,8 @@ struct Loaded {
                bind(lib, "cuEventDestroy_v2", a.cuEventDestroy) & bind(lib, "cuEventRecord", a.cuEventRecord) &
                bind(lib, "cuEventSynchronize", a.cuEventSynchronize);
     a.cuStreamIsCapturing = reinterpret_cast<decltype(a.cuStreamIsCapturing)>(dlsym(lib, "cuStreamIsCapturing"));
+    a.cuTensorMapEncodeTiled =
+        reinterpret_cast<decltype(a.cuTensorMapEncodeTiled)>(dlsym(lib, "cuTensorMapEncodeTiled"));
     // CUDA 13 headers map cuEventElapsedTime to _v2; older drivers only have the original.
     a.cuEventElapsedTime = reinterpret_cast<decltype(a.cuEventElapsedTime)>(dlsym(lib, "cuEventElapsedTime_v2"));
     if (!a.cuEventElapsedTime) all = all && bind(lib, "cuEventElapsedTime", a.cuEventElapsedTime);

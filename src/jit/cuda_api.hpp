@@ -32,6 +32,20 @@ constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 constexpr unsigned CU_STREAM_NON_BLOCKING = 1;
 constexpr unsigned CU_EVENT_DEFAULT = 0;
 
+// cuda.h: CUtensorMap (TMA descriptor), 16 opaque words, 64-byte aligned; the enum values of
+// cuTensorMapEncodeTiled's arguments that mlajit uses.
+struct alignas(64) CUtensorMap {
+  unsigned long long opaque[16];
+};
+constexpr int CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0;
+constexpr int CU_TENSOR_MAP_DATA_TYPE_UINT32 = 2;
+constexpr int CU_TENSOR_MAP_INTERLEAVE_NONE = 0;
+constexpr int CU_TENSOR_MAP_SWIZZLE_NONE = 0;
+constexpr int CU_TENSOR_MAP_SWIZZLE_128B = 3;
+constexpr int CU_TENSOR_MAP_L2_PROMOTION_NONE = 0;
+constexpr int CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3;
+constexpr int CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0;  // out-of-bounds elements read as zeros
+
 // cuda.h: CUlaunchAttribute is {id; pad to 8; 64-byte value union}; we never pass attributes.
 struct CUlaunchAttribute;
 struct CUlaunchConfig {
@@ -83,6 +97,11 @@ struct Api {
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);         // _v2 where present
+  // (tensorMap, dataType, rank, globalAddress, globalDim, globalStrides, boxDim, elementStrides,
+  // interleave, swizzle, l2Promotion, oobFill); optional (nullptr if absent): only the TMA paths
+  // need it, and they say so when it is missing.
+  CUresult (*cuTensorMapEncodeTiled)(CUtensorMap*, int, unsigned, void*, const unsigned long long*,
+                                     const unsigned long long*, const unsigned*, const unsigned*, int, int, int, int);
 };
 
 // The loaded API after a successful cuInit, or nullptr with `why`.

@@ -258,6 +258,37 @@ bool stream_capturing(Stream s) {
   return status != 0;
 }
 
+void encode_tma_tiled(void* map, TmaDataType type, unsigned rank, const void* global, const uint64_t* dims,
+                      const uint64_t* strides_bytes, const uint32_t* box, TmaSwizzle swizzle) {
+  static_assert(sizeof(CUtensorMap) == 128 && alignof(CUtensorMap) == 64, "CUtensorMap layout of cuda.h");
+  const Api& a = api();
+  if (a.cuTensorMapEncodeTiled == nullptr)
+    throw Error(ErrorKind::Driver, "libcuda.so.1 lacks cuTensorMapEncodeTiled (TMA descriptors; CUDA 12.0+ driver needed)");
+  if (rank < 1 || rank > 5) throw_invalid("TMA descriptor rank", rank, "1..5");
+  if (reinterpret_cast<uintptr_t>(map) % 64 != 0)
+    throw_invalid("TMA descriptor address", fmt::format("{}", map), "64-byte aligned");
+  unsigned long long d[5], st[4];
+  unsigned b[5], es[5];
+  for (unsigned i = 0; i < rank; ++i) {
+    d[i] = dims[i];
+    b[i] = box[i];
+    es[i] = 1;
+    if (i + 1 < rank) st[i] = strides_bytes[i];
+  }
+  const CUresult r = a.cuTensorMapEncodeTiled(static_cast<CUtensorMap*>(map), static_cast<int>(type), rank,
+                                              const_cast<void*>(global), d, st, b, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                              static_cast<int>(swizzle), CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::string shape;
+    for (unsigned i = 0; i < rank; ++i)
+      shape += fmt::format("{}dim {} box {}{}", i ? ", " : "", d[i], b[i], i + 1 < rank ? fmt::format(" stride {} B", st[i]) : "");
+    check(r, fmt::format("cuTensorMapEncodeTiled(type {}, rank {}, address {}, {})", static_cast<int>(type), rank,
+                         global, shape)
+                 .c_str());
+  }
+}
+
 void launch(Function f, const unsigned grid[3], const unsigned block[3], unsigned smem_bytes, Stream s,
             const void* args) {
   CUlaunchConfig cfg{grid[0], grid[1], grid[2], block[0], block[1], block[2], smem_bytes,

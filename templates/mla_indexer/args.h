@@ -18,6 +18,12 @@
 // tokens): causal j <= L + i, none j < L + S, and always j < max_keys (the caller's bound on L+S,
 // which sizes the score rows; keys past it are treated as not visible).
 
+// A CUtensorMap (cuda.h: 16 opaque 64-bit words, 64-byte aligned), encoded on the host by
+// cuTensorMapEncodeTiled and read by the TMA unit from the kernel's parameter space.
+struct alignas(64) MlaIndexerTensorMap {
+  unsigned long long opaque[16];
+};
+
 struct MlaIndexerScoresArgs {
   const unsigned char* q;                 // fp8 e4m3 [num_tokens, H, 128]
   const float* qs;                        // f32 [num_tokens, H]
@@ -39,6 +45,14 @@ struct MlaIndexerScoresArgs {
   int batch;
   int scale_row_stride;                   // head_dim_granularity of the K cache (1 when g >= 128)
   int keys_per_split;                     // keys each CTA covers along grid.y (multiple of 64)
+  // v11 (the Hopper scorer with 256-key blocks at pages >= 64) loads every 64-key quarter of K by
+  // TMA through k_map, and its scales through scale_map when scales_by_tma is 1 (0: the scales are
+  // not 16-byte aligned and are copied with cp.async). Unused by the other scorers.
+  int scales_by_tma;
+  // K cache as [total_rows, 128] bytes, box 64 rows x 128 B, 128-byte swizzle (the wgmma layout).
+  MlaIndexerTensorMap k_map;
+  // Scales as [total_rows] 32-bit words (scale_row_stride 1), box 64 (valid when scales_by_tma).
+  MlaIndexerTensorMap scale_map;
 };
 
 struct MlaIndexerTopkArgs {

@@ -1,6 +1,6 @@
 #pragma once
 // Hopper (sm_90a) building blocks of the indexer's score kernel: its cp.async gathers with zero
-// fill, and the names it uses for the shared primitives of templates/common/ (mbarriers, the
+// fill, its TMA loads (v11), and the names it uses for the shared primitives of templates/common/ (mbarriers, the
 // async-proxy fence, the fp8 warpgroup MMA, QGMMA in SASS, and its shared-memory descriptor).
 #include "common/mbarrier.cuh"
 #include "common/types.cuh"
@@ -33,6 +33,49 @@ MJ_DEVICE void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// ---- TMA (cp.async.bulk.tensor): one thread moves a whole box through the async proxy ---------
+// `map` is the generic address of a CUtensorMap in the kernel's parameter space (a
+// __grid_constant__ argument). The copy completes `bytes` of the box on the mbarrier `bar`: the
+// whole box, also where it lies outside the tensor (those elements read as zeros).
+MJ_DEVICE void tma_prefetch_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+MJ_DEVICE void tma_load_2d(u32 dst, const void* map, int c0, int c1, u32 bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+MJ_DEVICE void tma_load_1d(u32 dst, const void* map, int c0, u32 bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2}], [%3];\n" ::"r"(
+          dst),
+      "l"(map), "r"(c0), "r"(bar)
+      : "memory");
+}
+// `p` unchanged, but opaque to the compiler: keeps a base address computed once in a register
+// instead of folded into (and recomputed with) every address derived from it.
+template <typename T>
+MJ_DEVICE T* opaque_ptr(T* p) {
+  asm("mov.b64 %0, %0;\n" : "+l"(p));
+  return p;
+}
+// True in one lane of the (converged) warp: with it ptxas knows the TMA issue below is one lane's,
+// and issues it without a per-lane loop.
+MJ_DEVICE bool elect_one() {
+  u32 pred = 0;
+  asm volatile(
+      "{\n.reg .pred p;\nelect.sync _|p, 0xffffffff;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(pred));
+  return pred != 0;
+}
+// Arrives on `bar` (one of its expected arrivals) and adds `bytes` to the transactions its current
+// phase waits for: the phase completes when every arrival came and every byte landed.
+MJ_DEVICE void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
 // ---- shared primitives (templates/common/) ----------------------------------------------------
 using sm90::fence_proxy_async_smem;
 using sm90::mbar_arrive;
@@ -55,6 +98,9 @@ template <int BLOCK_Q, int H, int W_QUAD>
 MJ_DEVICE void load_q_and_weights(const MlaIndexerScoresArgs& a, long long block_row0, u32 q_s, float* w_sm,
                                   int tid, int nthreads) {
   constexpr int kDepth = 128;
+  // Rolled: v10's producer warps call this once per work item at 32 registers, where the
+  // addresses of unrolled iterations, hoisted out of the item loop, spilled.
+#pragma unroll 1
   for (int c = tid; c < BLOCK_Q * H * 8; c += nthreads) {
     const int row = c >> 3, chunk = c & 7;
     const long long t = a.chunk_row_begin + block_row0 + row / H;
@@ -63,6 +109,7 @@ MJ_DEVICE void load_q_and_weights(const MlaIndexerScoresArgs& a, long long block
     cp_async_16(q_s + row * 128 + ((chunk ^ (row & 7)) << 4), src, ok ? 16u : 0u);
   }
   cp_async_commit();
+#pragma unroll 1
   for (int n = tid; n < BLOCK_Q * H; n += nthreads) {
     const int slot = n / H, h = n % H;
     const long long t = a.chunk_row_begin + block_row0 + slot;

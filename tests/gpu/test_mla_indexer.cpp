@@ -56,6 +56,13 @@ DeviceBuffer upload(const std::vector<T>& v) {
   return b;
 }
 
+// Byte offsets of the K cache's blocks and scales views inside their device buffers (a cache that
+// starts mid-allocation; v11's TMA descriptors start at the view).
+struct CacheBase {
+  size_t blocks = 0;
+  size_t scales = 0;
+};
+
 struct GpuRun {
   std::vector<int32_t> out;   // [T, k]
   std::vector<float> scores;  // workspace contents after the run
@@ -63,15 +70,28 @@ struct GpuRun {
   bool one_chunk = false;
 };
 
+template <typename T>
+DeviceBuffer upload_at(const std::vector<T>& v, size_t offset) {
+  DeviceBuffer b(v.size() * sizeof(T) + offset + 16);
+  b.fill_bytes(0x5A);  // bytes before and after the view: read by no correct kernel
+  b.upload(v.data(), v.size() * sizeof(T), offset);
+  return b;
+}
+
+// `launch` 0 runs ops::mla_indexer; else ops::detail::mla_indexer_run with the scores and top-k
+// stages and these extra IndexerStage flags (kIndexerForcePortable, kIndexerOneItemPerCta, ...).
 GpuRun run_gpu(const ref::IndexerInputs& in, const MlaIndexerParams& p, size_t workspace_rows = 0,
-               bool portable = false) {
+               unsigned launch = 0, const CacheBase& base = {}) {
   const int64_t T = in.num_tokens();
   const int B = in.batch();
   DeviceBuffer q = upload(in.q), qs = upload(in.qs), off = upload(in.row_offsets), cl = upload(in.cache_lengths),
-               lut = upload(in.lookup_table), kb = upload(in.k_blocks), ks = upload(in.k_scales);
+               lut = upload(in.lookup_table), kb = upload_at(in.k_blocks, base.blocks),
+               ks = upload_at(in.k_scales, base.scales);
   ops::PagedCacheView kc;
-  kc.blocks = TensorView(kb.get(), DType::fp8_e4m3, {in.num_blocks, 1, in.num_layers, in.page_size, 1, 128});
-  kc.scales = TensorView(ks.get(), DType::f32, {in.num_blocks, 1, in.num_layers, in.page_size, 1, 1});
+  kc.blocks = TensorView(static_cast<char*>(kb.get()) + base.blocks, DType::fp8_e4m3,
+                         {in.num_blocks, 1, in.num_layers, in.page_size, 1, 128});
+  kc.scales = TensorView(static_cast<char*>(ks.get()) + base.scales, DType::f32,
+                         {in.num_blocks, 1, in.num_layers, in.page_size, 1, 1});
   kc.lookup_table = TensorView(lut.get(), DType::u32, {B, in.pages_per_seq});
   kc.cache_lengths = TensorView(cl.get(), DType::u32, {B});
   GpuRun r;
@@ -86,10 +106,9 @@ GpuRun run_gpu(const ref::IndexerInputs& in, const MlaIndexerParams& p, size_t w
   const TensorView vq(q.get(), DType::fp8_e4m3, {T, p.num_heads, 128}), vqs(qs.get(), DType::f32, {T, p.num_heads}),
       voff(off.get(), DType::u32, {B + 1}), vout(out.get(), DType::i32, {T, p.top_k}),
       vws(ws.get(), DType::f32, {static_cast<int64_t>(ws_bytes / 4)});
-  if (portable)
-    ops::detail::mla_indexer_run(
-        p, vq, vqs, voff, kc, in.layer, in.max_keys, vout, vws, nullptr,
-        ops::detail::kIndexerScores | ops::detail::kIndexerTopk | ops::detail::kIndexerForcePortable);
+  if (launch != 0)
+    ops::detail::mla_indexer_run(p, vq, vqs, voff, kc, in.layer, in.max_keys, vout, vws, nullptr,
+                                 ops::detail::kIndexerScores | ops::detail::kIndexerTopk | launch);
   else
     ops::mla_indexer(p, vq, vqs, voff, kc, in.layer, in.max_keys, vout, vws);
   driver::synchronize();
@@ -225,9 +244,10 @@ Report compare(const ref::IndexerInputs& in, const MlaIndexerParams& p, const Gp
 
 // One run of one scorer variant against the reference, and its emit = physical twin.
 GpuRun run_and_check_one(const char* name, const ref::IndexerInputs& in, MlaIndexerParams p, bool exact,
-                         size_t workspace_rows, bool portable) {
+                         size_t workspace_rows, bool portable, const CacheBase& base) {
   p.emit = IndexEmit::logical;
-  const GpuRun g = run_gpu(in, p, workspace_rows, portable);
+  const unsigned launch = portable ? ops::detail::kIndexerForcePortable : 0u;
+  const GpuRun g = run_gpu(in, p, workspace_rows, launch, base);
   const bool fp8_mma = !portable && Runtime::global().arch() == "sm_90a";
   const Report rep = compare(in, p, g, exact, fp8_mma);
   std::printf("  mla_indexer %-30s H%-3d k%-5d p%-4d bkv%-3d %s %s: %d failures (%s), max score error %.2e%s\n", name,
@@ -239,7 +259,7 @@ GpuRun run_and_check_one(const char* name, const ref::IndexerInputs& in, MlaInde
 
   // emit = physical: the same selection, remapped through the lookup table.
   p.emit = IndexEmit::physical;
-  const GpuRun phys = run_gpu(in, p, workspace_rows, portable);
+  const GpuRun phys = run_gpu(in, p, workspace_rows, launch, base);
   int bad = 0;
   std::string first;
   for (int64_t t = 0; t < in.num_tokens(); ++t) {
@@ -256,34 +276,73 @@ GpuRun run_and_check_one(const char* name, const ref::IndexerInputs& in, MlaInde
   return g;
 }
 
+// Byte-for-byte comparison of two runs: top-k output, and the workspace when it held every row.
+void check_identical(const GpuRun& want, const GpuRun& got, const std::string& what) {
+  INFO(what);
+  CHECK(got.out == want.out);
+  if (want.one_chunk) {
+    CHECK(got.scores.size() == want.scores.size());
+    size_t first_diff = want.scores.size();
+    for (size_t x = 0; x < want.scores.size() && x < got.scores.size() && first_diff == want.scores.size(); ++x)
+      if (std::memcmp(&want.scores[x], &got.scores[x], 4) != 0) first_diff = x;
+    INFO("first differing workspace float: " << first_diff << " (row "
+                                             << first_diff / std::max<int64_t>(want.row_stride, 1) << ")");
+    CHECK(first_diff == want.scores.size());
+  }
+}
+
 // Runs the case on every scorer variant of the device: the portable path when asked, else (on
 // sm_90a) v8 (block_kv 64) and v10 (block_kv 256; also what 0, the heuristic, runs). v10 computes the same function with the same
 // per-thread arithmetic and stores the same keys, so beyond the reference checks its workspace
 // (scores of visible keys, and the NaN fill of the keys no token sees, which neither may write)
-// and its top-k output must equal v8's byte for byte.
+// and its top-k output must equal v8's byte for byte. v10 runs in its three launches: the
+// persistent grid (the default, checked against the reference), one work item per CTA, and a
+// persistent grid of a few CTAs (kIndexerSmallGrid: many items per CTA, in uneven numbers, across
+// sequences and key splits); the last two are compared with v8 byte for byte.
+// Inputs prepared by the caller (p's heads, page size and mask already match them). At pages >= 64
+// v10's blocks come by TMA (v11, unless built with MJ_IDX11_TMA=0) in all three launches.
+void run_and_check_inputs(const char* name, const ref::IndexerInputs& in, MlaIndexerParams p, bool exact,
+                          size_t workspace_rows = 0, bool portable = false, const CacheBase& base = {}) {
+  const bool sm90 = !portable && Runtime::global().arch() == "sm_90a";
+  p.block_kv = 64;
+  const GpuRun v8 = run_and_check_one(name, in, p, exact, workspace_rows, portable, base);
+  if (!sm90) return;
+  p.block_kv = 256;
+  const GpuRun v10 = run_and_check_one(name, in, p, exact, workspace_rows, portable, base);
+  const std::string tag = std::string(name) + " H" + std::to_string(p.num_heads) + ": block_kv 256";
+  check_identical(v8, v10, tag + " (persistent grid) vs 64");
+  p.emit = IndexEmit::logical;
+  check_identical(v8, run_gpu(in, p, workspace_rows, ops::detail::kIndexerOneItemPerCta, base),
+                  tag + " (one work item per CTA) vs 64");
+  check_identical(v8, run_gpu(in, p, workspace_rows, ops::detail::kIndexerSmallGrid, base),
+                  tag + " (persistent grid of few CTAs) vs 64");
+}
+
 void run_and_check(const char* name, const ref::IndexerCase& c, MlaIndexerParams p, bool exact,
                    size_t workspace_rows = 0, bool portable = false) {
   const ref::IndexerInputs in = ref::make_indexer_inputs(c);
   p.num_heads = c.num_heads;
   p.page_size = c.page_size;
   p.mask = c.mask;
-  const bool sm90 = !portable && Runtime::global().arch() == "sm_90a";
-  p.block_kv = 64;
-  const GpuRun v8 = run_and_check_one(name, in, p, exact, workspace_rows, portable);
-  if (!sm90) return;
-  p.block_kv = 256;
-  const GpuRun v10 = run_and_check_one(name, in, p, exact, workspace_rows, portable);
-  INFO(std::string(name) << " H" << p.num_heads << ": block_kv 256 vs 64");
-  CHECK(v10.out == v8.out);
-  if (v8.one_chunk) {
-    CHECK(v10.scores.size() == v8.scores.size());
-    size_t first_diff = v8.scores.size();
-    for (size_t x = 0; x < v8.scores.size() && first_diff == v8.scores.size(); ++x)
-      if (std::memcmp(&v8.scores[x], &v10.scores[x], 4) != 0) first_diff = x;
-    INFO("first differing workspace float: " << first_diff << " (row " << first_diff / std::max<int64_t>(v8.row_stride, 1)
-                                             << ")");
-    CHECK(first_diff == v8.scores.size());
-  }
+  run_and_check_inputs(name, in, p, exact, workspace_rows, portable);
+}
+
+// Unmapped pages inside the visible keys: every `every`-th page of each sequence (from page 1)
+// gets a block id past the cache, and the table loses its last `drop` columns, so the longest
+// sequences' last visible pages lie past it. Both kinds are never read (their keys score 0).
+ref::IndexerInputs with_unmapped_pages(ref::IndexerInputs in, int every, int drop) {
+  const int B = in.batch();
+  const int64_t pps = in.pages_per_seq, kept = std::max<int64_t>(1, pps - drop);
+  std::vector<uint32_t> table(static_cast<size_t>(B * kept));
+  for (int b = 0; b < B; ++b)
+    for (int64_t pg = 0; pg < kept; ++pg) {
+      uint32_t v = in.lookup_table[b * pps + pg];
+      if (pg % every == 1) v = static_cast<uint32_t>(in.num_blocks + pg);  // out of range
+      table[b * kept + pg] = v;
+    }
+  in.lookup_table = std::move(table);
+  in.pages_per_seq = kept;
+  return in;
 }
 
 }  // namespace
@@ -349,6 +408,75 @@ TEST_SUITE("gpu mla_indexer") {
       p.top_k = 200;
       p.num_stages = stages[x];
       run_and_check("pages", c, p, false);
+    }
+  }
+
+  TEST_CASE("v10 work items: more q blocks than SMs, one CTA walks items of several sequences") {
+    // 360 tokens at H 128 (one token per q block) in 6 sequences: the persistent grid of one CTA per
+    // SM deals 2-3 items to every CTA, consecutive items of different sequences; the small grid
+    // (run_and_check) deals ~50 per CTA. Causal and not, ragged lengths; page 32 (v10's cp.async
+    // producer) and page 128 (v11's TMA producer: each item's segments restart the table row `lut`).
+    for (int page : {32, 128})
+      for (Mask m : {Mask::causal, Mask::none}) {
+        ref::IndexerCase c;
+        c.num_heads = 128;
+        c.page_size = page;
+        c.mask = m;
+        c.new_tokens = {100, 3, 150, 1, 70, 36};
+        c.cache_lens = {400, 900, 0, 1023, 60, 300};
+        c.seed = 61 + (m == Mask::none ? 1 : 0) + (page == 128 ? 2 : 0);
+        MlaIndexerParams p;
+        p.top_k = 128;
+        run_and_check(page == 128 ? "work items (TMA)" : "work items", c, p, false);
+      }
+  }
+
+  TEST_CASE("v10 work items: few q blocks, many key splits, fewer tokens than SMs") {
+    // 6 tokens at H 64 (3 q blocks) over 20000 keys: the persistent grid splits the keys into ~40
+    // items of a few blocks (one per CTA); the small grid deals items of different splits and
+    // q blocks to each CTA, the last split shorter.
+    ref::IndexerCase c;
+    c.num_heads = 64;
+    c.new_tokens = {4, 2};
+    c.cache_lens = {19996, 7000};
+    c.seed = 71;
+    MlaIndexerParams p;
+    p.top_k = 512;
+    run_and_check("few q blocks, many splits", c, p, false);
+  }
+
+  TEST_CASE("v11 (TMA loads at pages >= 64): unmapped pages, pages past the table, layer 2 of 3, cache views mid-allocation") {
+    // v11's producer reads K quarters and their scales by TMA from descriptors over the whole cache
+    // view: unmapped quarters are boxes outside it (zero-filled), the layer moves every row, the
+    // blocks view starts 48 bytes into its buffer (16-byte aligned, not 128). Scales 16 bytes in
+    // come by TMA; 4 bytes in (not 16-byte aligned) by cp.async, v11's fallback. Each compares v11
+    // (block_kv 256) with v8 (block_kv 64, cp.async) byte for byte and with the CPU reference.
+    const int pages[] = {64, 128, 256, 64};
+    const int heads[] = {64, 128, 32, 64};
+    const size_t scale_offsets[] = {16, 4, 16, 4};
+    const Mask masks[] = {Mask::causal, Mask::causal, Mask::none, Mask::none};
+    for (int x = 0; x < 4; ++x) {
+      ref::IndexerCase c;
+      c.num_heads = heads[x];
+      c.page_size = pages[x];
+      c.mask = masks[x];
+      c.new_tokens = {7, 130, 1, 45};
+      c.cache_lens = {1000, 257, 3000, 0};
+      c.num_layers = 3;
+      c.layer = 2;
+      c.seed = 131 + x;
+      const ref::IndexerInputs in = with_unmapped_pages(ref::make_indexer_inputs(c), 3, 2);
+      MlaIndexerParams p;
+      p.num_heads = c.num_heads;
+      p.page_size = c.page_size;
+      p.mask = c.mask;
+      p.top_k = 200;
+      p.num_stages = x == 3 ? 2 : 0;
+      CacheBase base;
+      base.blocks = 48;
+      base.scales = scale_offsets[x];
+      run_and_check_inputs(scale_offsets[x] % 16 == 0 ? "v11 tma scales" : "v11 cp.async scales", in, p, false, 0,
+                           false, base);
     }
   }
 

@@ -107,7 +107,7 @@ TEST_CASE("an entry without a sweep gets its op's default knob space") {
   // A knob fixed in params is not swept: the fixed value competes with the default only.
   CHECK_FALSE(groups[1].default_space);
   CHECK(knob_list(groups[1]) == std::vector<std::string>{R"({"threads":128})", R"({"threads":256})"});
-  // mla_indexer: num_stages {2, 3, 4, 6} plus the heuristic default (0).
+  // mla_indexer: num_stages {2, 3, 4, 5} plus the heuristic default (0).
   CHECK(groups[2].candidates.size() == 5);
   CHECK(knobs_of(groups[2].candidates[0].spec.params) == json{{"block_kv", 0}, {"block_q", 0}, {"num_stages", 0}});
   // sparse_prefill: b_topk {64, 128}; num_stages has one legal depth, so it is not swept.

@@ -81,11 +81,16 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
   CHECK(last_stderr().find("params.num_stages: got 99") != std::string::npos);
   CHECK(cli("bench mla_indexer --shape stages=x").code == 2);
   CHECK(last_stderr().find("--shape stages") != std::string::npos);
-  // block_kv picks the scorer (0 / 256 v10, 64 v8); v10's ring holds at most 6 blocks of 256 keys.
+  // block_kv picks the scorer (0 / 256 v10, 64 v8); v10's ring holds at most 5 blocks of 256 keys
+  // (next to its two Q buffers).
   CHECK(cli("bench mla_indexer --shape block_kv=128").code == 2);
   CHECK(last_stderr().find("params.block_kv: got 128") != std::string::npos);
   CHECK(cli("bench mla_indexer --shape block_kv=256,stages=8").code == 2);
   CHECK(last_stderr().find("params.num_stages: got 8") != std::string::npos);
+  CHECK(cli("bench mla_indexer --shape stages=6").code == 2);
+  CHECK(last_stderr().find("params.num_stages: got 6") != std::string::npos);
+  CHECK(cli("bench mla_indexer --shape persistent=2").code == 2);
+  CHECK(last_stderr().find("--shape persistent") != std::string::npos);
   CHECK(cli("bench sparse_prefill --shape tokens=4096,s_q=2048").code == 2);
   CHECK(last_stderr().find("both tokens and s_q") != std::string::npos);
   CHECK(cli("bench sparse_prefill --shape tokens=4096,keys=32768,topk=2048,bogus=1").code == 2);

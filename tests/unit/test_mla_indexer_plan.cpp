@@ -9,6 +9,7 @@
 #include "mlajit/codegen.hpp"
 #include "mlajit/error.hpp"
 #include "ops/mla_indexer/plan.hpp"
+#include "ops/mla_indexer/tma.hpp"
 
 using namespace mlajit;
 
@@ -29,7 +30,7 @@ TEST_SUITE("mla_indexer plan") {
     }
   }
 
-  TEST_CASE("v10 (block_kv 0 / 256): 128/H tokens per CTA, 256-key blocks, 4 stages by default, at most 6") {
+  TEST_CASE("v10 (block_kv 0 / 256): 128/H tokens per CTA, 256-key blocks, 4 stages by default, at most 5") {
     for (int H : {32, 64, 128}) {
       MlaIndexerParams p;
       p.num_heads = H;
@@ -41,12 +42,13 @@ TEST_SUITE("mla_indexer plan") {
       CHECK(l.sm90_tile_keys == 256);
       CHECK(l.stages == 4);
       CHECK(l.sm90_threads == 640);
-      // Q 16 KiB + 4 x (32 KiB K + 1 KiB scales) + weights (128/H) x (H + 16) floats + 8 barriers + slack.
-      CHECK(l.sm90_smem_bytes ==
-            16384u + 4u * (32768u + 1024u) + static_cast<unsigned>((128 / H) * (H + 16) * 4) + 4u * 16u + 1024u);
-      p.num_stages = 6;
+      // Two Q buffers of 16 KiB + 4 x (32 KiB K + 1 KiB scales) + two buffers of weights, (128/H) x
+      // (H + 16) floats + 8 ring barriers and 4 Q-buffer barriers + slack.
+      CHECK(l.sm90_smem_bytes == 2u * 16384u + 4u * (32768u + 1024u) +
+                                     2u * static_cast<unsigned>((128 / H) * (H + 16) * 4) + 12u * 8u + 1024u);
+      p.num_stages = 5;
       CHECK(indexer::layout(p).sm90_smem_bytes <= 227u * 1024u);
-      p.num_stages = 7;
+      p.num_stages = 6;
       CHECK_THROWS_AS(indexer::layout(p), Error);
       p.num_stages = 0;
       p.block_q = 128 / H;
@@ -85,5 +87,98 @@ TEST_SUITE("mla_indexer plan") {
     CHECK(s10.code.find("ScoresSm90Blk<kHeads, kPageShift, kCausal, kStages>") != std::string::npos);
     CHECK(s10.code.find("scores_sm90_blk<kHeads, kPageShift, kCausal, kStages>(a)") != std::string::npos);
     CHECK(s10.entries.at(0).smem_bytes == indexer::layout(p).sm90_smem_bytes);
+  }
+
+  TEST_CASE("sm90_work: v8's (q blocks, splits) grid and v10's one-item-per-CTA grid, as before the persistent grid") {
+    MlaIndexerParams p;
+    p.num_heads = 64;
+    p.block_kv = 64;
+    const indexer::Layout v8 = indexer::layout(p);
+    // 1024 rows of 8 tokens = 128 q blocks, 32768 keys = 512 tiles; 8 x 132 / 128 -> 9 splits of 57 tiles.
+    indexer::Sm90Work w = indexer::sm90_work(v8, 1024, 32768, 132, true);
+    CHECK(w.q_blocks == 128);
+    CHECK(w.keys_per_split == 57 * 64);
+    CHECK(w.splits == 9);
+    CHECK(w.grid_x == 128u);
+    CHECK(w.grid_y == 9u);
+    p.block_kv = 0;
+    const indexer::Layout v10 = indexer::layout(p);
+    // 512 q blocks, 128 blocks: 8 x 132 / 512 -> 3 splits of 43 blocks, 1536 CTAs of one item.
+    w = indexer::sm90_work(v10, 1024, 32768, 132, false);
+    CHECK(w.q_blocks == 512);
+    CHECK(w.keys_per_split == 43 * 256);
+    CHECK(w.splits == 3);
+    CHECK(w.items == 1536);
+    CHECK(w.grid_x == 1536u);
+    CHECK(w.grid_y == 1u);
+  }
+
+  TEST_CASE("sm90_work: v10's persistent grid, split by the makespan model") {
+    MlaIndexerParams p;
+    p.num_heads = 64;
+    const indexer::Layout l = indexer::layout(p);
+    // H 64, 1024 rows, 32K keys, 132 SMs: no split (4 rounds of 128 blocks: cost 4 x 129 = 516;
+    // 2 splits: 8 x 65 = 520; 3: 12 x 44 = 528).
+    indexer::Sm90Work w = indexer::sm90_work(l, 1024, 32768, 132, true);
+    CHECK(w.splits == 1);
+    CHECK(w.keys_per_split == 32768);
+    CHECK(w.items == 512);
+    CHECK(w.grid_x == 132u);
+    CHECK(w.grid_y == 1u);
+    // Fewer q blocks than SMs: the keys are split into the shortest items that still run in one
+    // round. 3 q blocks, 79 blocks of keys (20000 keys): 40 splits of 2 blocks (120 items, cost
+    // 1 x 3); splits of 1 block would be 237 items in 2 rounds (cost 2 x 2).
+    w = indexer::sm90_work(l, 6, 20000, 132, true);
+    CHECK(w.q_blocks == 3);
+    CHECK(w.keys_per_split % 256 == 0);
+    CHECK(w.items <= 132);
+    CHECK(w.grid_x == static_cast<unsigned>(w.items));
+    CHECK(w.keys_per_split == 2 * 256);
+    CHECK(w.splits == 40);
+    // Every case: the split covers the keys with whole blocks, the grid never exceeds the items or
+    // the SMs, and the last split is non-empty.
+    for (int H : {32, 64, 128})
+      for (int64_t rows : {1, 7, 100, 1024, 4096})
+        for (int64_t keys : {1, 255, 256, 4097, 32768, 131072})
+          for (int sms : {1, 7, 132}) {
+            p.num_heads = H;
+            const indexer::Layout lh = indexer::layout(p);
+            const indexer::Sm90Work x = indexer::sm90_work(lh, rows, keys, sms, true);
+            INFO("H " << H << " rows " << rows << " keys " << keys << " sms " << sms);
+            CHECK(x.keys_per_split % 256 == 0);
+            CHECK(x.keys_per_split > 0);
+            CHECK(x.splits == (keys + x.keys_per_split - 1) / x.keys_per_split);
+            CHECK((x.splits - 1) * int64_t{x.keys_per_split} < keys);
+            CHECK(x.q_blocks == (rows + 128 / H - 1) / (128 / H));
+            CHECK(x.items == x.q_blocks * x.splits);
+            CHECK(x.grid_x >= 1u);
+            CHECK(int64_t{x.grid_x} == std::min<int64_t>(sms, x.items));
+            CHECK(x.grid_y == 1u);
+          }
+    CHECK_THROWS_AS(indexer::sm90_work(l, 0, 32768, 132, true), Error);
+    CHECK_THROWS_AS(indexer::sm90_work(l, 16, 0, 132, true), Error);
+  }
+
+  TEST_CASE("v11's TMA plan: K by TMA always, scales by TMA when 16-byte aligned with one per row") {
+    const uintptr_t base = uintptr_t{1} << 20;
+    CHECK(indexer::plan_tma(base, base + 256, 1000, 1).scales_by_tma);
+    CHECK(indexer::plan_tma(base + 48, base + 16, (int64_t{1} << 31) - 1, 1).scales_by_tma);
+    // A scales view at a 4-byte offset is valid input: its scales come by cp.async.
+    CHECK_FALSE(indexer::plan_tma(base, base + 4, 1000, 1).scales_by_tma);
+    CHECK_FALSE(indexer::plan_tma(base, base + 8, 1000, 1).scales_by_tma);
+    CHECK_FALSE(indexer::plan_tma(base, base, 1000, 2).scales_by_tma);
+    // What the TMA cannot address is named.
+    auto error_of = [](uintptr_t k, int64_t rows) -> std::string {
+      try {
+        indexer::plan_tma(k, 1 << 20, rows, 1);
+      } catch (const Error& e) {
+        CHECK(e.kind() == ErrorKind::InvalidArgument);
+        return e.what();
+      }
+      return "(no error)";
+    };
+    CHECK(error_of(base + 8, 1000).rfind("k_cache.blocks address", 0) == 0);
+    CHECK(error_of(base, int64_t{1} << 31).rfind("k_cache rows", 0) == 0);
+    CHECK(error_of(base, 0).rfind("k_cache rows", 0) == 0);
   }
 }

@@ -174,6 +174,31 @@ TEST_SUITE("mla_indexer validation") {
     CHECK(error_of(a).rfind("workspace size", 0) == 0);
   }
 
+  TEST_CASE("the v11 scorer (v10's tiling at pages >= 64) addresses cache rows by TMA: fewer than 2^31 rows") {
+    FakeArgs a;
+    a.layer = 0;
+    a.kc.blocks = TensorView(a.mem.data(), DType::fp8_e4m3, {int64_t{1} << 25, 1, 1, 64, 1, 128});
+    a.kc.scales = TensorView(a.mem.data(), DType::f32, {int64_t{1} << 25, 1, 1, 64, 1, 1});
+    a.ws = TensorView(a.mem.data(), DType::f32, {299});  // a valid call stops at the workspace check
+    const std::string msg = error_of(a);
+    INFO(msg);
+    CHECK(msg.rfind("k_cache rows", 0) == 0);
+    CHECK(msg.find("2^31") != std::string::npos);
+    // One row fewer passes; so does v8 (block_kv 64), and page 32 (v10's cp.async producer).
+    a.kc.blocks = TensorView(a.mem.data(), DType::fp8_e4m3, {(int64_t{1} << 25) - 1, 1, 1, 64, 1, 128});
+    a.kc.scales = TensorView(a.mem.data(), DType::f32, {(int64_t{1} << 25) - 1, 1, 1, 64, 1, 1});
+    CHECK(error_of(a).rfind("workspace size", 0) == 0);
+    a.kc.blocks = TensorView(a.mem.data(), DType::fp8_e4m3, {int64_t{1} << 25, 1, 1, 64, 1, 128});
+    a.kc.scales = TensorView(a.mem.data(), DType::f32, {int64_t{1} << 25, 1, 1, 64, 1, 1});
+    a.p.block_kv = 64;
+    CHECK(error_of(a).rfind("workspace size", 0) == 0);
+    a.p.block_kv = 0;
+    a.p.page_size = 32;
+    a.kc.blocks = TensorView(a.mem.data(), DType::fp8_e4m3, {int64_t{1} << 26, 1, 1, 32, 1, 128});
+    a.kc.scales = TensorView(a.mem.data(), DType::f32, {int64_t{1} << 26, 1, 1, 32, 1, 1});
+    CHECK(error_of(a).rfind("workspace size", 0) == 0);
+  }
+
   TEST_CASE("workspace bound: chunks of score rows, never a full [T, max_keys] matrix") {
     MlaIndexerParams p;
     // 128K keys: a row is 512 KiB; 4096 tokens would be 2 GiB, the workspace stays at 128 MiB.

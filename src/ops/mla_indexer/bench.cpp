@@ -119,7 +119,8 @@ nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
 
 
   auto run_stages = [&](unsigned stages) {
-    ops::detail::mla_indexer_run(p, vq, vqs, voff, kc, 1, keys, vout, vws, nullptr, stages);
+    ops::detail::mla_indexer_run(p, vq, vqs, voff, kc, 1, keys, vout, vws, nullptr,
+                                 stages | (a.persistent ? 0u : ops::detail::kIndexerOneItemPerCta));
   };
   // The anchor's inputs: the same q, weights (qs), and layer-1 K rows and scales gathered dense.
   nlohmann::json anchor_json;
@@ -186,6 +187,7 @@ nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
   j["reps"] = a.reps;
   j["num_stages"] = a.num_stages;
   j["block_kv"] = a.block_kv;
+  j["persistent"] = a.persistent;
   j["arch"] = Runtime::global().arch();
   j["visible_pairs"] = pairs;
   j["workspace_bytes"] = ws_bytes;

@@ -39,8 +39,8 @@ const OpDefinition& mla_indexer_definition() {
       // block_q = 128 / H), 64 = v8 (64-key tiles, block_q = 4 * 128 / H); block_q follows from it.
       // Both stay knobs so that a record or a config can pin them, but no sweep tries other values
       // (v10 is faster at every measured shape). The ring depth is the knob the tuner sweeps, over the
-      // depths both scorers build (v10's ring holds at most 6 blocks).
-      {{"block_kv", "bkv", true, 0, {}}, {"block_q", "bq", true, 0, {}}, {"num_stages", "st", true, 0, {2, 3, 4, 6}}},
+      // depths both scorers build (v10's ring holds at most 5 blocks next to its two Q buffers).
+      {{"block_kv", "bkv", true, 0, {}}, {"block_q", "bq", true, 0, {}}, {"num_stages", "st", true, 0, {2, 3, 4, 5}}},
       {{"tokens", 4096, true, "new query tokens across the batch"},
        {"batch", 1, true, "sequences"},
        {"keys", 32768, true, "keys per sequence, cached + new (max_keys_per_seq)"}},

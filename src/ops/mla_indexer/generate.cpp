@@ -49,8 +49,12 @@ KernelSource generate_mla_indexer(const KernelSpec& spec) {
       p.num_heads, lay.page_shift, p.mask == Mask::causal ? "true" : "false", lay.stages, p.top_k,
       p.emit == IndexEmit::physical ? "true" : "false", sm90_struct, lay.sm90_smem_bytes, lay.sm90_threads, lay.sm90_block_q,
       lay.portable_smem_bytes, lay.topk_smem_bytes, lay.topk_candidates, lay.topk_threads);
+  // __grid_constant__: v11's TMA reads its tensor maps (MlaIndexerScoresArgs::k_map, scale_map) from
+  // the kernel's parameter space by address; without it, taking that address would copy the
+  // struct to local memory.
   c += fmt::format(
-      "extern \"C\" __global__ void __launch_bounds__({}, 1) mla_indexer_scores_sm90(const MlaIndexerScoresArgs a) {{\n"
+      "extern \"C\" __global__ void __launch_bounds__({}, 1) mla_indexer_scores_sm90(\n"
+      "    const __grid_constant__ MlaIndexerScoresArgs a) {{\n"
       "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
       "  mj::indexer_sm90::{}<kHeads, kPageShift, kCausal, kStages>(a);\n"
       "#else\n"

@@ -21,6 +21,7 @@
 #include "mlajit/runtime.hpp"
 #include "ops/tuning.hpp"
 #include "ops/mla_indexer/stages.hpp"
+#include "ops/mla_indexer/tma.hpp"
 
 namespace mlajit::ops {
 
@@ -135,6 +136,13 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
   MLAJIT_EXPECT(max_keys_per_seq >= 0 && max_keys_per_seq < (int64_t{1} << 31), "max_keys_per_seq",
                 max_keys_per_seq, "an integer in [0, 2^31): the bound on cache_length + new tokens of every sequence");
   MLAJIT_EXPECT(B < (int64_t{1} << 31), "batch", B, "< 2^31");
+  // v11 (v10's tiling at pages >= 64) loads K by TMA: checked here, with everything else, before the
+  // runtime is touched (the descriptors are encoded at launch; tma.hpp).
+  const bool tma = lay.sm90_blocks && p.page_size >= 64;
+  indexer::TmaPlan tma_plan;
+  if (tma)
+    tma_plan = indexer::plan_tma(reinterpret_cast<uintptr_t>(kc.blocks.data), reinterpret_cast<uintptr_t>(kc.scales.data),
+                                 num_blocks * num_layers * p.page_size, static_cast<int>(hdg));
   // v10 walks keys in 32-bit ints in steps of 256 (its loop state has no room for 64-bit keys).
   MLAJIT_EXPECT(!lay.sm90_blocks || max_keys_per_seq <= (int64_t{1} << 31) - 1024, "max_keys_per_seq",
                 max_keys_per_seq, "<= 2^31 - 1024 with the v10 scorer (params.block_kv 0 or 256; 64 selects v8, which takes up to 2^31 - 1)");
@@ -182,6 +190,8 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
   sa.layer_row_offset = static_cast<int64_t>(layer_idx) * p.page_size;
   sa.batch = static_cast<int>(B);
   sa.scale_row_stride = static_cast<int>(hdg);
+  // v11's descriptors, once for all chunks (host-only; captured by value in a CUDA graph).
+  if (sm90 && tma) indexer::encode_tma(tma_plan, num_blocks * num_layers * p.page_size, sa);
 
   MlaIndexerTopkArgs ta{};
   ta.scores = sa.scores;
@@ -196,7 +206,6 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
   ta.pages_per_seq = pages_per_seq;
   ta.batch = static_cast<int>(B);
 
-  const int64_t tiles = (max_keys_per_seq + lay.sm90_tile_keys - 1) / lay.sm90_tile_keys;
   for (int64_t row0 = 0; row0 < T; row0 += ch.chunk_rows) {
     const int64_t rows = std::min(ch.chunk_rows, T - row0);
     sa.chunk_row_begin = ta.chunk_row_begin = row0;
@@ -204,17 +213,14 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
     if ((stages & kIndexerScores) && max_keys_per_seq > 0) {
       LaunchDims d;
       if (sm90) {
-        // Enough CTAs for several waves (>= 8 per SM over the launch), but at least 1024 keys per
-        // CTA (16 tiles of v8, 4 blocks of v10) so the Q load of a CTA is amortized. A split is a
-        // whole number of ring steps (64 keys in v8, 256 in v10).
-        const int64_t qblocks = (rows + lay.sm90_block_q - 1) / lay.sm90_block_q;
-        const int64_t min_tiles = 1024 / lay.sm90_tile_keys;
-        int64_t splits = (8 * int64_t{sms} + qblocks - 1) / qblocks;
-        splits = std::max<int64_t>(1, std::min(splits, (tiles + min_tiles - 1) / min_tiles));
-        const int64_t tiles_per_split = (tiles + splits - 1) / splits;
-        sa.keys_per_split = static_cast<int>(tiles_per_split * lay.sm90_tile_keys);
-        d.grid[0] = static_cast<unsigned>(qblocks);
-        d.grid[1] = static_cast<unsigned>((tiles + tiles_per_split - 1) / tiles_per_split);
+        // Grid and key split (plan.hpp, sm90_work): v10 runs persistent CTAs (one per SM) unless
+        // the caller asks for one work item per CTA; v8 runs its (q blocks, splits) grid.
+        const indexer::Sm90Work w =
+            indexer::sm90_work(lay, rows, max_keys_per_seq, (stages & kIndexerSmallGrid) ? kIndexerSmallGridSms : sms,
+                               !(stages & kIndexerOneItemPerCta));
+        sa.keys_per_split = w.keys_per_split;
+        d.grid[0] = w.grid_x;
+        d.grid[1] = w.grid_y;
         d.block[0] = static_cast<unsigned>(lay.sm90_threads);
         d.smem_bytes = lay.sm90_smem_bytes;
         kernel->launch(0, d, stream, sa);

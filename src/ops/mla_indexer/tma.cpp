@@ -1,0 +1,43 @@
+// v11's TMA descriptors for the K cache (see tma.hpp).
+#include "ops/mla_indexer/tma.hpp"
+
+#include "mlajit/driver.hpp"
+#include "mlajit/error.hpp"
+
+namespace mlajit::indexer {
+
+namespace {
+constexpr int kDepth = 128;        // bytes per K row (fp8 e4m3 x 128)
+constexpr uint32_t kBoxRows = 64;  // one 64-key quarter per TMA
+}  // namespace
+
+TmaPlan plan_tma(uintptr_t k_blocks, uintptr_t k_scales, int64_t total_rows, int scale_row_stride) {
+  MLAJIT_EXPECT(k_blocks % 16 == 0, "k_cache.blocks address", k_blocks, "16-byte aligned (TMA)");
+  MLAJIT_EXPECT(total_rows >= 1 && total_rows < (int64_t{1} << 31), "k_cache rows (num_blocks x num_layers x page_size)",
+                total_rows,
+                "in [1, 2^31) with the v11 scorer (page_size >= 64, params.block_kv 0 or 256: 32-bit TMA row "
+                "coordinates); params.block_kv 64 selects v8");
+  TmaPlan p;
+  p.scales_by_tma = k_scales % 16 == 0 && scale_row_stride == 1;
+  return p;
+}
+
+void encode_tma(const TmaPlan& plan, int64_t total_rows, MlaIndexerScoresArgs& sa) {
+  const uint64_t rows = static_cast<uint64_t>(total_rows);
+  {
+    const uint64_t dims[2] = {kDepth, rows};
+    const uint64_t strides[1] = {kDepth};
+    const uint32_t box[2] = {kDepth, kBoxRows};
+    driver::encode_tma_tiled(&sa.k_map, driver::TmaDataType::u8, 2, sa.k_blocks, dims, strides, box,
+                             driver::TmaSwizzle::bytes128);
+  }
+  sa.scales_by_tma = plan.scales_by_tma ? 1 : 0;
+  if (plan.scales_by_tma) {
+    const uint64_t dims[1] = {rows};
+    const uint32_t box[1] = {kBoxRows};
+    driver::encode_tma_tiled(&sa.scale_map, driver::TmaDataType::u32, 1, sa.k_scales, dims, nullptr, box,
+                             driver::TmaSwizzle::none);
+  }
+}
+
+}  // namespace mlajit::indexer
