@@ -292,7 +292,7 @@ void check_identical(const GpuRun& want, const GpuRun& got, const std::string& w
 }
 
 // Runs the case on every scorer variant of the device: the portable path when asked, else (on
-// sm_90a) v8 (block_kv 64) and v10 (block_kv 256; also what 0, the heuristic, runs). v10 computes the same function with the same
+// sm_90a) v8 (block_kv 64) and v10 (block_kv 256; what 0, the heuristic, runs at pages >= 64). v10 computes the same function with the same
 // per-thread arithmetic and stores the same keys, so beyond the reference checks its workspace
 // (scores of visible keys, and the NaN fill of the keys no token sees, which neither may write)
 // and its top-k output must equal v8's byte for byte. v10 runs in its three launches: the

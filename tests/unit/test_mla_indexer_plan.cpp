@@ -72,6 +72,24 @@ TEST_SUITE("mla_indexer plan") {
     CHECK(indexer::layout(p).sm90_blocks);
   }
 
+  TEST_CASE("block_kv 0 picks v10 at pages >= 64 only (v8 measured faster below); block_kv 256 builds v10 at any page >= 2") {
+    MlaIndexerParams p;
+    p.num_heads = 64;
+    for (int page : {2, 4, 8, 16, 32}) {
+      p.page_size = page;
+      p.block_kv = 0;
+      CHECK_FALSE(indexer::layout(p).sm90_blocks);
+      CHECK(indexer::layout(p).sm90_block_q == 8);  // v8: 4 warpgroups x 128/H
+      p.block_kv = 256;
+      CHECK(indexer::layout(p).sm90_blocks);
+    }
+    for (int page : {64, 128, 256, 4096}) {
+      p.page_size = page;
+      p.block_kv = 0;
+      CHECK(indexer::layout(p).sm90_blocks);
+    }
+  }
+
   TEST_CASE("generated source: v10's template for block_kv 256, under its own kernel name") {
     MlaIndexerParams p;
     p.num_heads = 64;

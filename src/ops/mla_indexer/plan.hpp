@@ -17,9 +17,10 @@ namespace mlajit::indexer {
 struct Layout {
   int page_shift = 0;
   int stages = 0;             // sm90 ring depth (64-key tiles in v8, 256-key blocks in v10)
-  // sm90 scorer variant, picked by params.block_kv: v10 (0 = heuristic, or 256;
-  // templates/mla_indexer/scores_sm90_blk.cuh) or v8 (64, scores_sm90.cuh). v10 measured 1.17-1.26x
-  // faster than v8 at H 64 and 128 (docs/notes/mla_indexer_kv.md, "Scores v10").
+  // sm90 scorer variant, picked by params.block_kv: v10 (256, or 0 = the heuristic at pages >= 64;
+  // templates/mla_indexer/scores_sm90_blk.cuh) or v8 (64, or 0 at pages < 64; scores_sm90.cuh). At
+  // page 64 v10 (persistent, TMA) measured 1.4x faster than v8 at H 64 and 128
+  // (docs/notes/mla_indexer_kv.md, "Scores v10" / "v11").
   bool sm90_blocks = false;   // v10
   int sm90_threads = 640;     // 4 consumer warpgroups + 1 producer warpgroup (one warp works)
   int sm90_block_q = 0;       // query tokens per CTA: v8 4 warpgroups x (128 / H), v10 128 / H
@@ -46,8 +47,12 @@ inline Layout layout(const MlaIndexerParams& p) {
   Layout l;
   while ((1 << l.page_shift) < p.page_size) ++l.page_shift;
   // v10 does not build page size 1 (64 pages per 64-key quarter: its producer lanes hold one table
-  // entry each); block_kv 0 and 256 run v8 there.
-  l.sm90_blocks = (p.block_kv == 0 || p.block_kv == 256) && p.page_size >= 2;
+  // entry each); block_kv 0 and 256 run v8 there. The heuristic (block_kv 0) picks v10 only at pages
+  // >= 64, where one TMA box fills a quarter: below that v10's cp.async producer (per-row table
+  // lookups for 4x v8's K bytes per MMA) is the limit, and v8 measured faster (H64, s_kv 32K scores:
+  // page 16 3.80 vs 4.98 ms, page 32 3.49 vs 4.72 ms; session 18, docs/notes/mla_indexer_kv.md).
+  // block_kv 256 still builds v10 at any page size >= 2.
+  l.sm90_blocks = p.page_size >= 2 && (p.block_kv == 256 || (p.block_kv == 0 && p.page_size >= 64));
   l.sm90_block_q = (l.sm90_blocks ? 1 : 4) * (128 / p.num_heads);
   l.sm90_tile_keys = l.sm90_blocks ? 256 : 64;
   MLAJIT_EXPECT(p.block_q == 0 || p.block_q == l.sm90_block_q, "params.block_q", p.block_q,
