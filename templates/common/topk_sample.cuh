@@ -296,6 +296,20 @@ struct SampleTopK {
     float scale, offset;
   };
 
+  // Rank of entry e within its bucket [begin, end) of arr (the buckets in descending order): begin
+  // plus the number of larger entries in the bucket, read kRankUnroll at a time (running past the
+  // bucket is harmless, see kRankUnroll). Used by the sort (arr = cand) and the fused select
+  // (arr = sel).
+  static MJ_DEVICE u32 rank_in_bucket(const u64* arr, u32 begin, u32 end, u64 e) {
+    u32 rank = begin;
+#pragma unroll 1
+    for (u32 x = begin; x < end; x += kRankUnroll) {
+#pragma unroll
+      for (int u = 0; u < kRankUnroll; ++u) rank += arr[x + u] > e ? 1u : 0u;
+    }
+    return rank;
+  }
+
   template <bool kValue>
   static MJ_DEVICE u32 bucket_of(const BucketMap& m, u64 e) {
     const u32 hi = static_cast<u32>(e >> 32);
@@ -493,13 +507,7 @@ struct SampleTopK {
         const u64 e = f.cand[j];
         const u32 b = bucket_of<kValue>(m, e);
         const u32 begin = b < static_cast<u32>(kBuckets - 1) ? f.hist[b + 1] : 0u, end = f.hist[b];
-        u32 rank = begin;
-#pragma unroll 1
-        for (u32 x = begin; x < end; x += kRankUnroll) {
-#pragma unroll
-          for (int u = 0; u < kRankUnroll; ++u) rank += f.cand[x + u] > e ? 1u : 0u;
-        }
-        f.sel[rank] = e;
+        f.sel[rank_in_bucket(f.cand, begin, end, e)] = e;
       }
     }
     __syncthreads();
@@ -607,12 +615,7 @@ struct SampleTopK {
       const u64 e = f.sel[j];
       const u32 b = bucket_of<kValue>(m, e);
       const u32 begin = b < static_cast<u32>(kBuckets - 1) ? f.hist[b + 1] : 0u, end = f.hist[b];
-      u32 rank = begin;
-#pragma unroll 1
-      for (u32 x = begin; x < end; x += kRankUnroll) {
-#pragma unroll
-        for (int u = 0; u < kRankUnroll; ++u) rank += f.sel[x + u] > e ? 1u : 0u;
-      }
+      const u32 rank = rank_in_bucket(f.sel, begin, end, e);
       if (rank < k) f.cand[rank] = e;
     }
     __syncthreads();
