@@ -283,7 +283,9 @@ MJ_DEVICE void produce_block_cp_async(const MlaIndexerScoresArgs& a, int b, long
 // TMA's 128-byte swizzle is a function of the destination address within its 1024-byte atom (chunk
 // bits [4, 7) XOR row bits [7, 10)), so box i's row r lands exactly where row i * page + r of one
 // 64-row box would: the layout the wgmma descriptors read. Its scales are one 1-D box of page x 4
-// bytes at the quarter's scale base + i * page * 4 (16-byte aligned for page >= 4).
+// bytes at the quarter's scale base + i * page * 4 when that is 128-byte aligned, as a tensor
+// copy's shared destination must be (page 32; the host sets scales_by_tma), else (pages 8 and 16)
+// the lanes copy them with cp.async.
 //
 // Lane l of warp pw owns box l % (64 / page) of the warp's quarter l / (64 / page) (kMine quarters
 // x 64 / page boxes <= 32 lanes): it reads its page's table entry and issues its own boxes (any

@@ -188,7 +188,9 @@ TEST_SUITE("mla_indexer plan") {
     for (int page : {8, 16, 32}) {
       const indexer::TmaPlan p = indexer::plan_tma(base, base, 1000, 1, page);
       CHECK(p.box_rows == static_cast<uint32_t>(page));
-      CHECK(p.scales_by_tma);  // a box of >= 8 scales is a multiple of 16 bytes
+      // A scale box lands at page x 4 bytes into the quarter's scales: a tensor copy's shared
+      // destination must be 128-byte aligned, so pages 8 and 16 take the cp.async scale path.
+      CHECK(p.scales_by_tma == (page >= 32));
       CHECK_FALSE(indexer::plan_tma(base, base + 4, 1000, 1, page).scales_by_tma);
     }
     // Boxes of fewer than 8 rows would not fill a 1024-byte swizzle atom: pages 2 and 4 stay on v10.

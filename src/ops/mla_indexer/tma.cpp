@@ -22,8 +22,11 @@ TmaPlan plan_tma(uintptr_t k_blocks, uintptr_t k_scales, int64_t total_rows, int
                 "in [1, 2^31) with the v11 scorer (page_size >= 8, params.block_kv 0 or 256: 32-bit TMA row "
                 "coordinates); params.block_kv 64 selects v8");
   TmaPlan p;
-  p.scales_by_tma = k_scales % 16 == 0 && scale_row_stride == 1;
   p.box_rows = static_cast<uint32_t>(std::min(page_size, kQuarterRows));
+  // A tensor copy writes to a 128-byte aligned shared address: box i of a quarter's scales lands at
+  // i x box_rows x 4 bytes, so boxes of < 32 scales (pages 8 and 16) take the cp.async path (pages
+  // 8 / 16 by TMA faulted with CUDA_ERROR_MISALIGNED_ADDRESS on the H100).
+  p.scales_by_tma = k_scales % 16 == 0 && scale_row_stride == 1 && p.box_rows * 4 % 128 == 0;
   return p;
 }
 

@@ -9,9 +9,10 @@
 // wgmma reads. Pages 2 and 4 (boxes not 1024-byte aligned) keep v10's cp.async producer. K rows
 // always come by TMA: the kernel has no cp.async path for them, so a cache the TMA cannot address
 // is an error (never met by a real cache: it needs >= 2^31 rows, 256 GiB of K). The scales come by
-// TMA when their base is 16-byte aligned and one scale per row (scale_row_stride 1; a box of >= 8
-// scales is >= 32 bytes, a multiple of 16 as the TMA needs), else with cp.async (a scales view at
-// a 4-byte offset is valid input).
+// TMA when their base is 16-byte aligned, one scale per row (scale_row_stride 1) and a box holds
+// >= 32 scales (pages >= 32: each box's shared destination, box index x page x 4 bytes into the
+// quarter's scales, must be 128-byte aligned, as every tensor copy's), else with cp.async (pages 8
+// and 16; a scales view at a 4-byte offset is valid input).
 #include <cstdint>
 
 #include "mla_indexer/args.h"
