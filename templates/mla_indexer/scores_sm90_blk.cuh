@@ -44,11 +44,13 @@
 // already there (a cold CTA waited for the token slots' DRAM reads, the Q load and the first K
 // block). The K ring's stage and phase run on across items, as in DeepGEMM's persistent MQA logits.
 //
-// v11 (pages >= 64, MJ_IDX11_TMA 1, the default there): the producer loads each 64-key quarter with
-// one TMA (K rows, 128-byte swizzle) and its scales with another (produce_block_tma; op.cpp encodes
-// the tensor maps, ops/mla_indexer/tma.hpp); the full barrier completes on the bytes, and the
-// consumers need no async-proxy fence after their acquire. Same data in the same layout as v10, so
-// the scores are bit-identical; pages 2..32 keep v10's producer (produce_block_cp_async). The
+// v11 (pages >= 8, MJ_IDX11_TMA 1, the default there): the producer loads each 64-key quarter with
+// one TMA (K rows, 128-byte swizzle) and its scales with another (produce_block_tma), or at pages
+// 8..32 each page of it with one box of `page` rows and one of its scales (produce_block_tma_pages);
+// op.cpp encodes the tensor maps (box rows min(page, 64), ops/mla_indexer/tma.hpp); the full barrier
+// completes on the bytes, and the consumers need no async-proxy fence after their acquire. Same data
+// in the same layout as v10, so the scores are bit-identical; pages 2 and 4 keep v10's producer
+// (produce_block_cp_async: boxes of < 8 rows would not fill a 1024-byte swizzle atom). The
 // item's Q still comes by cp.async (the producer's prologue): with v11 the consumers fence the async
 // proxy once per item, after they acquired its Q buffer, instead of once per block.
 #include "common/types.cuh"
@@ -61,8 +63,8 @@
 #define MJ_IDX10_PRODUCER_WARPS 4
 #endif
 
-// v11's TMA producer for pages >= 64: 1 (default) or 0 (v10's cp.async producer and consumer fence,
-// for A/B through MLAJIT_NVRTC_EXTRA_OPTIONS="-DMJ_IDX11_TMA=0"). Pages below 64 always run v10's.
+// v11's TMA producer for pages >= 8: 1 (default) or 0 (v10's cp.async producer and consumer fence,
+// for A/B through MLAJIT_NVRTC_EXTRA_OPTIONS="-DMJ_IDX11_TMA=0"). Pages 2 and 4 always run v10's.
 #ifndef MJ_IDX11_TMA
 #define MJ_IDX11_TMA 1
 #endif
@@ -97,11 +99,11 @@ struct ScoresSm90Blk {
   // cycles; spread, each scheduler issues ~4 x 213 + ~90. 1 = one warp copies the four quarters.
   static constexpr int kProducerWarps = MJ_IDX10_PRODUCER_WARPS;
   static_assert(kProducerWarps == 1 || kProducerWarps == 2 || kProducerWarps == 4, "producer warps");
-  // v11: pages >= 64 load each quarter by TMA (64 consecutive cache rows); MJ_IDX11_TMA 0 builds
-  // v10's cp.async producer (A/B). kTmaPageShift: the page shift produce_block_tma is instantiated
-  // with (never called below 6).
-  static constexpr bool kTmaBuilt = MJ_IDX11_TMA != 0 && PAGE_SHIFT >= 6;
-  static constexpr int kTmaPageShift = PAGE_SHIFT >= 6 ? PAGE_SHIFT : 6;
+  // v11: pages >= 64 load each quarter by TMA (64 consecutive cache rows), pages 8..32 each page of
+  // it; MJ_IDX11_TMA 0 builds v10's cp.async producer (A/B). kTmaPageShift: the page shift the TMA
+  // producers are instantiated with (never called below 3).
+  static constexpr bool kTmaBuilt = MJ_IDX11_TMA != 0 && PAGE_SHIFT >= 3;
+  static constexpr int kTmaPageShift = PAGE_SHIFT >= 3 ? PAGE_SHIFT : 6;
   // v11's producer warps (MJ_IDX11_TMA_WARPS): warp p issues the TMAs of quarters p, p + kTmaWarps,
   // ... of every block from one elected lane. 4 (default) = one warp per quarter, one per SM
   // sub-partition: each scheduler issues ~77 producer instructions per block (SASS, H 64, page 64)
@@ -272,6 +274,97 @@ MJ_DEVICE void produce_block_cp_async(const MlaIndexerScoresArgs& a, int b, long
   // quarter to copy arrives at once); the block is complete when every producer lane arrived.
   // The consumers fence the async proxy after their acquire (v8's protocol).
   mbar_arrive_cp_async(full_bar);
+}
+
+// v11's copy of one 256-key block at pages of 8, 16 or 32 keys (v12): a quarter is 64 / page
+// pages, each `page` consecutive cache rows, and each page is one TMA box (page rows x 128 B,
+// 128-byte swizzle; the host encodes the maps with box rows = the page size, tma.hpp). Box i of
+// quarter q lands at the quarter's base + i * page * 128: 1024-byte aligned for page >= 8, and the
+// TMA's 128-byte swizzle is a function of the destination address within its 1024-byte atom (chunk
+// bits [4, 7) XOR row bits [7, 10)), so box i's row r lands exactly where row i * page + r of one
+// 64-row box would: the layout the wgmma descriptors read. Its scales are one 1-D box of page x 4
+// bytes at the quarter's scale base + i * page * 4 when that is 128-byte aligned, as a tensor
+// copy's shared destination must be (page 32; the host sets scales_by_tma), else (pages 8 and 16)
+// the lanes copy them with cp.async.
+//
+// Lane l of warp pw owns box l % (64 / page) of the warp's quarter l / (64 / page) (kMine quarters
+// x 64 / page boxes <= 32 lanes): it reads its page's table entry and issues its own boxes (any
+// thread may issue a cp.async.bulk.tensor), so the warp issues one table read, one row computation
+// and two TMAs per block, all lanes at once. One elected lane arrives with the bytes of all of the
+// warp's boxes (the phase cannot complete before that arrival, so the boxes' transactions may land
+// before or after it). An unmapped page (past the table, block id out of range) loads rows
+// [-page, 0): zero-filled, bytes still counted, as at pages >= 64. The scale fallback (cp.async,
+// scales not 16-byte aligned) takes each row's page row from its box's lane by a shuffle.
+template <class C, int PAGE_SHIFT>
+MJ_DEVICE void produce_block_tma_pages(const MlaIndexerScoresArgs& a, const unsigned* lut, const void* k_map,
+                                       const void* scale_map, long long kv0, long long kv_hi, u32 kdst_block,
+                                       u32 sdst_block, u32 full_bar, u32 empty_bar, u32 phase, int pw, int lane,
+                                       bool scales_by_tma) {
+  static_assert(PAGE_SHIFT >= 3 && PAGE_SHIFT < 6, "pages of 8..32 keys");
+  constexpr int kMine = C::kWgs / C::kTmaWarps;  // quarters per warp
+  constexpr int kPage = 1 << PAGE_SHIFT;
+  constexpr int kBoxes = C::kQuarterKeys / kPage;  // boxes (pages) per quarter
+  static_assert(kMine * kBoxes <= 32, "one box per lane");
+  constexpr u32 kScaleBytes = C::kQuarterKeys * 4;
+  constexpr u32 kBoxBytes = kPage * C::kDepth;
+  const int key0 = static_cast<int>(kv0);  // 31-bit keys and rows, as produce_block_tma
+  const int keys_left = static_cast<int>(kv_hi - kv0);  // >= 1
+  const int quarters = keys_left >= C::kBlockKeys ? C::kWgs : (keys_left + C::kQuarterKeys - 1) / C::kQuarterKeys;
+  const int pages = a.pages_per_seq < 0x7fffffff ? static_cast<int>(a.pages_per_seq) : 0x7fffffff;
+  const u32 blocks = a.num_blocks < 0xffffffffLL ? static_cast<u32>(a.num_blocks) : 0xffffffffu;
+  // This lane's box: quarter qtr (the j-th of the warp), box i of it.
+  const int j = lane / kBoxes, i = lane % kBoxes;
+  const int qtr = pw + j * C::kTmaWarps;
+  const bool mine = j < kMine && qtr < quarters;
+  const int page = ((key0 + qtr * C::kQuarterKeys) >> PAGE_SHIFT) + i;
+  // Read before the wait for the stage so that the latency overlaps it.
+  constexpr u32 kNoBlock = 0xffffffffu;
+  const u32 blk = mine && page < pages ? __ldg(lut + page) : kNoBlock;
+  mbar_wait(empty_bar, phase ^ 1u);
+  // The page's first cache row (pages start on page-size multiples of the key), or rows [-page, 0)
+  // (outside the tensors: zero-filled) unmapped.
+  const int row0 = blk < blocks ? static_cast<int>(blk * static_cast<u32>(a.block_row_stride) +
+                                                   static_cast<u32>(a.layer_row_offset))
+                                : -kPage;
+  const int copied = quarters > pw ? (quarters - pw + C::kTmaWarps - 1) / C::kTmaWarps : 0;  // this warp's quarters
+  const bool leader = elect_one();
+  if (leader) mbar_arrive_expect_tx(full_bar, copied * (C::kQuarterBytes + (scales_by_tma ? kScaleBytes : 0u)));
+  // One lane issues every box, each page's row read back from its lane: a shuffle from a constant
+  // lane is warp-uniform, so the TMA's operands go straight to uniform registers (issued by their
+  // own lanes, the non-uniform operands made ptxas loop over the lanes, ~8 instructions per box).
+#pragma unroll
+  for (int jj = 0; jj < kMine; ++jj) {
+    const int q = pw + jj * C::kTmaWarps;
+    if (q < quarters) {
+#pragma unroll
+      for (int ii = 0; ii < kBoxes; ++ii) {
+        const int box_row = __shfl_sync(0xffffffffu, row0, jj * kBoxes + ii);
+        if (leader) {
+          tma_load_2d(kdst_block + q * C::kQuarterBytes + ii * kBoxBytes, k_map, 0, box_row, full_bar);
+          if (scales_by_tma)
+            tma_load_1d(sdst_block + q * kScaleBytes + ii * (kPage * 4), scale_map, box_row, full_bar);
+        }
+      }
+    }
+  }
+  if (!scales_by_tma) {
+#pragma unroll
+    for (int jj = 0; jj < kMine; ++jj) {
+      const int q = pw + jj * C::kTmaWarps;
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const int r = lane + 32 * rr;  // row of the quarter
+        const int prow = __shfl_sync(0xffffffffu, row0, jj * kBoxes + (r >> PAGE_SHIFT));
+        if (q < quarters) {
+          const bool ok = prow >= 0;
+          const float* src =
+              ok ? a.k_scales + static_cast<long long>(prow + (r & (kPage - 1))) * a.scale_row_stride : a.k_scales;
+          cp_async_4(sdst_block + q * kScaleBytes + r * 4, src, ok ? 4u : 0u);
+        }
+      }
+    }
+    mbar_arrive_cp_async(full_bar);
+  }
 }
 
 // v11's copy of one 256-key block (pages >= 64: a page holds every 64-key quarter it starts, so a
@@ -512,7 +605,11 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
       for (long long kv0 = split_lo; kv0 < kv_hi; kv0 += C::kBlockKeys) {
         const u32 kdst_block = k_s + stage * C::kStageBytes;
         const u32 sdst_block = ks_s + stage * (C::kBlockKeys * 4);
-        if (tma)
+        if constexpr (tma && C::kTmaPageShift < 6)
+          produce_block_tma_pages<C, C::kTmaPageShift>(a, lut, k_map, scale_map, kv0, kv_hi, kdst_block, sdst_block,
+                                                       full_bar + 8 * stage, empty_bar + 8 * stage, phase,
+                                                       C::kTmaWarps == 1 ? 0 : pw, lane, scales_by_tma);
+        else if constexpr (tma)
           produce_block_tma<C, C::kTmaPageShift>(a, lut, k_map, scale_map, kv0, kv_hi, kdst_block, sdst_block,
                                                  full_bar + 8 * stage, empty_bar + 8 * stage, phase,
                                                  C::kTmaWarps == 1 ? 0 : pw, lane, scales_by_tma);

@@ -299,7 +299,7 @@ void check_identical(const GpuRun& want, const GpuRun& got, const std::string& w
 // persistent grid (the default, checked against the reference), one work item per CTA, and a
 // persistent grid of a few CTAs (kIndexerSmallGrid: many items per CTA, in uneven numbers, across
 // sequences and key splits); the last two are compared with v8 byte for byte.
-// Inputs prepared by the caller (p's heads, page size and mask already match them). At pages >= 64
+// Inputs prepared by the caller (p's heads, page size and mask already match them). At pages >= 8
 // v10's blocks come by TMA (v11, unless built with MJ_IDX11_TMA=0) in all three launches.
 void run_and_check_inputs(const char* name, const ref::IndexerInputs& in, MlaIndexerParams p, bool exact,
                           size_t workspace_rows = 0, bool portable = false, const CacheBase& base = {}) {
@@ -391,8 +391,8 @@ TEST_SUITE("gpu mla_indexer") {
 
   TEST_CASE("page sizes 1, 4, 128, 256, H 32 / 64 / 128, 2 stages: pages inside and across v10's 256-key blocks") {
     // v10 reads one table entry per 64-key quarter for pages >= 64 (a page of 128 / 256 keys holds
-    // 2 / 4 quarters, at different offsets) and one per page and producer lane below 64 (16 per
-    // quarter at page 4); page 1 runs v8 under block_kv 256. The visible counts (1 + L + i, L + S)
+    // 2 / 4 quarters, at different offsets; v11's TMA) and one per page and producer lane below 64
+    // (16 per quarter at page 4, v10's cp.async producer); page 1 runs v8 under block_kv 256. The visible counts (1 + L + i, L + S)
     // land anywhere inside a block. The last case runs a 2-deep ring (every phase flips).
     const int pages[] = {4, 128, 256, 1, 64};
     const int heads[] = {32, 128, 64, 64, 64};
@@ -414,8 +414,9 @@ TEST_SUITE("gpu mla_indexer") {
   TEST_CASE("v10 work items: more q blocks than SMs, one CTA walks items of several sequences") {
     // 360 tokens at H 128 (one token per q block) in 6 sequences: the persistent grid of one CTA per
     // SM deals 2-3 items to every CTA, consecutive items of different sequences; the small grid
-    // (run_and_check) deals ~50 per CTA. Causal and not, ragged lengths; page 32 (v10's cp.async
-    // producer) and page 128 (v11's TMA producer: each item's segments restart the table row `lut`).
+    // (run_and_check) deals ~50 per CTA. Causal and not, ragged lengths; page 32 (v11's TMA producer,
+    // one box per page) and page 128 (one box per quarter): each item's segments restart the table
+    // row `lut`.
     for (int page : {32, 128})
       for (Mask m : {Mask::causal, Mask::none}) {
         ref::IndexerCase c;
@@ -445,17 +446,21 @@ TEST_SUITE("gpu mla_indexer") {
     run_and_check("few q blocks, many splits", c, p, false);
   }
 
-  TEST_CASE("v11 (TMA loads at pages >= 64): unmapped pages, pages past the table, layer 2 of 3, cache views mid-allocation") {
-    // v11's producer reads K quarters and their scales by TMA from descriptors over the whole cache
-    // view: unmapped quarters are boxes outside it (zero-filled), the layer moves every row, the
-    // blocks view starts 48 bytes into its buffer (16-byte aligned, not 128). Scales 16 bytes in
-    // come by TMA; 4 bytes in (not 16-byte aligned) by cp.async, v11's fallback. Each compares v11
-    // (block_kv 256) with v8 (block_kv 64, cp.async) byte for byte and with the CPU reference.
-    const int pages[] = {64, 128, 256, 64};
-    const int heads[] = {64, 128, 32, 64};
-    const size_t scale_offsets[] = {16, 4, 16, 4};
-    const Mask masks[] = {Mask::causal, Mask::causal, Mask::none, Mask::none};
-    for (int x = 0; x < 4; ++x) {
+  TEST_CASE("v11 (TMA loads at pages >= 8): unmapped pages, pages past the table, layer 2 of 3, cache views mid-allocation") {
+    // v11's producer reads K quarters (pages >= 64) or pages (8..32: 64 / page boxes per quarter)
+    // and their scales by TMA from descriptors over the whole cache view: unmapped quarters / pages
+    // are boxes outside it (zero-filled; at pages 8..32 a quarter mixes mapped and unmapped boxes),
+    // the layer moves every row, the blocks view starts 48 bytes into its buffer (16-byte aligned,
+    // not 128). Scales 16 bytes in come by TMA; 4 bytes in (not 16-byte aligned) by cp.async, v11's
+    // fallback. Each compares v11 (block_kv 256) with v8 (block_kv 64, cp.async) byte for byte and
+    // with the CPU reference.
+    const int pages[] = {64, 128, 256, 64, 8, 16, 32, 16, 8};
+    const int heads[] = {64, 128, 32, 64, 64, 128, 32, 64, 32};
+    const size_t scale_offsets[] = {16, 4, 16, 4, 16, 4, 16, 16, 4};
+    const Mask masks[] = {Mask::causal, Mask::causal, Mask::none, Mask::none, Mask::causal,
+                          Mask::causal, Mask::none, Mask::none, Mask::causal};
+    const int num_stages[] = {0, 0, 0, 2, 0, 0, 0, 2, 0};
+    for (int x = 0; x < 9; ++x) {
       ref::IndexerCase c;
       c.num_heads = heads[x];
       c.page_size = pages[x];
@@ -471,7 +476,7 @@ TEST_SUITE("gpu mla_indexer") {
       p.page_size = c.page_size;
       p.mask = c.mask;
       p.top_k = 200;
-      p.num_stages = x == 3 ? 2 : 0;
+      p.num_stages = num_stages[x];
       CacheBase base;
       base.blocks = 48;
       base.scales = scale_offsets[x];

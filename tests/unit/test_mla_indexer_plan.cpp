@@ -179,16 +179,16 @@ TEST_SUITE("mla_indexer plan") {
 
   TEST_CASE("v11's TMA plan: K by TMA always, scales by TMA when 16-byte aligned with one per row") {
     const uintptr_t base = uintptr_t{1} << 20;
-    CHECK(indexer::plan_tma(base, base + 256, 1000, 1).scales_by_tma);
-    CHECK(indexer::plan_tma(base + 48, base + 16, (int64_t{1} << 31) - 1, 1).scales_by_tma);
+    CHECK(indexer::plan_tma(base, base + 256, 1000, 1, 64).scales_by_tma);
+    CHECK(indexer::plan_tma(base + 48, base + 16, (int64_t{1} << 31) - 1, 1, 64).scales_by_tma);
     // A scales view at a 4-byte offset is valid input: its scales come by cp.async.
-    CHECK_FALSE(indexer::plan_tma(base, base + 4, 1000, 1).scales_by_tma);
-    CHECK_FALSE(indexer::plan_tma(base, base + 8, 1000, 1).scales_by_tma);
-    CHECK_FALSE(indexer::plan_tma(base, base, 1000, 2).scales_by_tma);
+    CHECK_FALSE(indexer::plan_tma(base, base + 4, 1000, 1, 64).scales_by_tma);
+    CHECK_FALSE(indexer::plan_tma(base, base + 8, 1000, 1, 64).scales_by_tma);
+    CHECK_FALSE(indexer::plan_tma(base, base, 1000, 2, 64).scales_by_tma);
     // What the TMA cannot address is named.
     auto error_of = [](uintptr_t k, int64_t rows) -> std::string {
       try {
-        indexer::plan_tma(k, 1 << 20, rows, 1);
+        indexer::plan_tma(k, 1 << 20, rows, 1, 64);
       } catch (const Error& e) {
         CHECK(e.kind() == ErrorKind::InvalidArgument);
         return e.what();
@@ -198,5 +198,30 @@ TEST_SUITE("mla_indexer plan") {
     CHECK(error_of(base + 8, 1000).rfind("k_cache.blocks address", 0) == 0);
     CHECK(error_of(base, int64_t{1} << 31).rfind("k_cache rows", 0) == 0);
     CHECK(error_of(base, 0).rfind("k_cache rows", 0) == 0);
+  }
+
+  TEST_CASE("v11's TMA plan: one box per 64-key quarter at pages >= 64, one per page at pages 8..32") {
+    const uintptr_t base = uintptr_t{1} << 20;
+    for (int page : {64, 128, 256, 1024}) CHECK(indexer::plan_tma(base, base, 1000, 1, page).box_rows == 64u);
+    for (int page : {8, 16, 32}) {
+      const indexer::TmaPlan p = indexer::plan_tma(base, base, 1000, 1, page);
+      CHECK(p.box_rows == static_cast<uint32_t>(page));
+      // A scale box lands at page x 4 bytes into the quarter's scales: a tensor copy's shared
+      // destination must be 128-byte aligned, so pages 8 and 16 take the cp.async scale path.
+      CHECK(p.scales_by_tma == (page >= 32));
+      CHECK_FALSE(indexer::plan_tma(base, base + 4, 1000, 1, page).scales_by_tma);
+    }
+    // Boxes of fewer than 8 rows would not fill a 1024-byte swizzle atom: pages 2 and 4 stay on v10.
+    for (int page : {1, 2, 4, 0, -8, 24, 48}) {
+      std::string what = "(no error)";
+      try {
+        indexer::plan_tma(base, base, 1000, 1, page);
+      } catch (const Error& e) {
+        CHECK(e.kind() == ErrorKind::InvalidArgument);
+        what = e.what();
+      }
+      CHECK_MESSAGE(what.rfind("page_size", 0) == 0, "page ", page, ": ", what);
+    }
+    CHECK(indexer::kTmaMinPage == 8);
   }
 }

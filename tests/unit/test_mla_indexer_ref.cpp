@@ -184,7 +184,7 @@ TEST_SUITE("mla_indexer validation") {
     INFO(msg);
     CHECK(msg.rfind("k_cache rows", 0) == 0);
     CHECK(msg.find("2^31") != std::string::npos);
-    // One row fewer passes; so does v8 (block_kv 64), and page 32 (v10's cp.async producer).
+    // One row fewer passes; so does v8 (block_kv 64), and page 4 (v10's cp.async producer).
     a.kc.blocks = TensorView(a.mem.data(), DType::fp8_e4m3, {(int64_t{1} << 25) - 1, 1, 1, 64, 1, 128});
     a.kc.scales = TensorView(a.mem.data(), DType::f32, {(int64_t{1} << 25) - 1, 1, 1, 64, 1, 1});
     CHECK(error_of(a).rfind("workspace size", 0) == 0);
@@ -192,10 +192,10 @@ TEST_SUITE("mla_indexer validation") {
     a.kc.scales = TensorView(a.mem.data(), DType::f32, {int64_t{1} << 25, 1, 1, 64, 1, 1});
     a.p.block_kv = 64;
     CHECK(error_of(a).rfind("workspace size", 0) == 0);
-    a.p.block_kv = 0;
-    a.p.page_size = 32;
-    a.kc.blocks = TensorView(a.mem.data(), DType::fp8_e4m3, {int64_t{1} << 26, 1, 1, 32, 1, 128});
-    a.kc.scales = TensorView(a.mem.data(), DType::f32, {int64_t{1} << 26, 1, 1, 32, 1, 1});
+    a.p.block_kv = 256;
+    a.p.page_size = 4;
+    a.kc.blocks = TensorView(a.mem.data(), DType::fp8_e4m3, {int64_t{1} << 29, 1, 1, 4, 1, 128});
+    a.kc.scales = TensorView(a.mem.data(), DType::f32, {int64_t{1} << 29, 1, 1, 4, 1, 1});
     CHECK(error_of(a).rfind("workspace size", 0) == 0);
   }
 

@@ -136,13 +136,13 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
   MLAJIT_EXPECT(max_keys_per_seq >= 0 && max_keys_per_seq < (int64_t{1} << 31), "max_keys_per_seq",
                 max_keys_per_seq, "an integer in [0, 2^31): the bound on cache_length + new tokens of every sequence");
   MLAJIT_EXPECT(B < (int64_t{1} << 31), "batch", B, "< 2^31");
-  // v11 (v10's tiling at pages >= 64) loads K by TMA: checked here, with everything else, before the
+  // v11 (v10's tiling at pages >= 8) loads K by TMA: checked here, with everything else, before the
   // runtime is touched (the descriptors are encoded at launch; tma.hpp).
-  const bool tma = lay.sm90_blocks && p.page_size >= 64;
+  const bool tma = lay.sm90_blocks && p.page_size >= indexer::kTmaMinPage;
   indexer::TmaPlan tma_plan;
   if (tma)
     tma_plan = indexer::plan_tma(reinterpret_cast<uintptr_t>(kc.blocks.data), reinterpret_cast<uintptr_t>(kc.scales.data),
-                                 num_blocks * num_layers * p.page_size, static_cast<int>(hdg));
+                                 num_blocks * num_layers * p.page_size, static_cast<int>(hdg), p.page_size);
   // v10 walks keys in 32-bit ints in steps of 256 (its loop state has no room for 64-bit keys).
   MLAJIT_EXPECT(!lay.sm90_blocks || max_keys_per_seq <= (int64_t{1} << 31) - 1024, "max_keys_per_seq",
                 max_keys_per_seq, "<= 2^31 - 1024 with the v10 scorer (params.block_kv 256, or 0 at page_size >= 64; 64 selects v8, which takes up to 2^31 - 1)");

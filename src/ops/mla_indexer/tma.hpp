@@ -2,29 +2,39 @@
 // Host side of the v11 scorer's TMA loads (templates/mla_indexer/scores_sm90_blk.cuh,
 // produce_block_tma): which of the K cache's tensors the TMA can address, and their descriptors.
 //
-// v11 runs where the sm90 scorer walks 256-key blocks (v10's tiling, params.block_kv 0 / 256) and a
-// page holds whole 64-key quarters (page_size >= 64). Its K rows always come by TMA: the kernel has
-// no cp.async path for them, so a cache the TMA cannot address is an error (never met by a real
-// cache: it needs >= 2^31 rows, 256 GiB of K). The scales come by TMA when their base is 16-byte
-// aligned and one scale per row (scale_row_stride 1), else with cp.async (a scales view at a
-// 4-byte offset is valid input).
+// v11 runs where the sm90 scorer walks 256-key blocks (v10's tiling, params.block_kv 0 / 256) at
+// pages of >= 8 keys. At pages >= 64 a page holds whole 64-key quarters: one box of 64 rows per
+// quarter. At pages 8..32 (v12) a quarter is 64 / page pages: one box of `page` rows per page, whose
+// 1024-byte aligned destination (page x 128 B >= 1024 B) keeps the 128-byte swizzle the one the
+// wgmma reads. Pages 2 and 4 (boxes not 1024-byte aligned) keep v10's cp.async producer. K rows
+// always come by TMA: the kernel has no cp.async path for them, so a cache the TMA cannot address
+// is an error (never met by a real cache: it needs >= 2^31 rows, 256 GiB of K). The scales come by
+// TMA when their base is 16-byte aligned, one scale per row (scale_row_stride 1) and a box holds
+// >= 32 scales (pages >= 32: each box's shared destination, box index x page x 4 bytes into the
+// quarter's scales, must be 128-byte aligned, as every tensor copy's), else with cp.async (pages 8
+// and 16; a scales view at a 4-byte offset is valid input).
 #include <cstdint>
 
 #include "mla_indexer/args.h"
 
 namespace mlajit::indexer {
 
+// Smallest page the TMA producer takes: its boxes must fill whole 1024-byte swizzle atoms.
+inline constexpr int kTmaMinPage = 8;
+
 struct TmaPlan {
   bool scales_by_tma = false;
+  uint32_t box_rows = 64;  // rows per TMA box: min(page_size, 64), the kernel's box (one page or quarter)
 };
 
-// Validates what the TMA needs of the cache: k_blocks 16-byte aligned, 1 <= total_rows < 2^31 (row
-// coordinates are 32-bit signed and the kernel computes rows in 32 bits). Throws
+// Validates what the TMA needs of the cache: page_size a power of two >= kTmaMinPage, k_blocks
+// 16-byte aligned, 1 <= total_rows < 2^31 (row coordinates are 32-bit signed and the kernel computes
+// rows in 32 bits). Box starts need no alignment (TMA coordinates are in rows). Throws
 // Error(InvalidArgument) naming the field otherwise. Pure: no driver call.
-TmaPlan plan_tma(uintptr_t k_blocks, uintptr_t k_scales, int64_t total_rows, int scale_row_stride);
+TmaPlan plan_tma(uintptr_t k_blocks, uintptr_t k_scales, int64_t total_rows, int scale_row_stride, int page_size);
 
-// Encodes sa.k_map (K as [total_rows, 128] bytes, box 64 x 128, 128-byte swizzle) and, with
-// plan.scales_by_tma, sa.scale_map ([total_rows] 32-bit words, box 64), and sets
+// Encodes sa.k_map (K as [total_rows, 128] bytes, box plan.box_rows x 128, 128-byte swizzle) and,
+// with plan.scales_by_tma, sa.scale_map ([total_rows] 32-bit words, box plan.box_rows), and sets
 // sa.scales_by_tma. Host-only (cuTensorMapEncodeTiled), cheap enough per launch.
 void encode_tma(const TmaPlan& plan, int64_t total_rows, MlaIndexerScoresArgs& sa);
 
