@@ -145,7 +145,7 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
                                  num_blocks * num_layers * p.page_size, static_cast<int>(hdg), p.page_size);
   // v10 walks keys in 32-bit ints in steps of 256 (its loop state has no room for 64-bit keys).
   MLAJIT_EXPECT(!lay.sm90_blocks || max_keys_per_seq <= (int64_t{1} << 31) - 1024, "max_keys_per_seq",
-                max_keys_per_seq, "<= 2^31 - 1024 with the v10 scorer (params.block_kv 256, or 0 at page_size >= 64; 64 selects v8, which takes up to 2^31 - 1)");
+                max_keys_per_seq, "<= 2^31 - 1024 with the v10 scorer (params.block_kv 256, or 0 at page_size 8, 16, >= 64; 64 selects v8, which takes up to 2^31 - 1)");
 
   expect_dtype(out, DType::i32, "out");
   expect_ndim(out, 2, "out");
