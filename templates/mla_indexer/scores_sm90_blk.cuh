@@ -276,6 +276,24 @@ MJ_DEVICE void produce_block_cp_async(const MlaIndexerScoresArgs& a, int b, long
   mbar_arrive_cp_async(full_bar);
 }
 
+// What both TMA producers need of a block: its first key, the quarters holding keys of the
+// segment (all 4 of a whole block; quarters wholly past kv_hi are not copied), the table length and
+// the block count clamped to 32 bits (keys and cache rows fit 31 bits: op.cpp checks both), and
+// (copied) how many of those quarters producer warp pw issues (pw, pw + kTmaWarps, ...).
+template <class C>
+struct TmaBlockSpan {
+  int key0, quarters, pages;
+  u32 blocks;
+  MJ_DEVICE TmaBlockSpan(const MlaIndexerScoresArgs& a, long long kv0, long long kv_hi) {
+    key0 = static_cast<int>(kv0);
+    const int keys_left = static_cast<int>(kv_hi - kv0);  // >= 1
+    quarters = keys_left >= C::kBlockKeys ? C::kWgs : (keys_left + C::kQuarterKeys - 1) / C::kQuarterKeys;
+    pages = a.pages_per_seq < 0x7fffffff ? static_cast<int>(a.pages_per_seq) : 0x7fffffff;
+    blocks = a.num_blocks < 0xffffffffLL ? static_cast<u32>(a.num_blocks) : 0xffffffffu;
+  }
+  MJ_DEVICE int copied(int pw) const { return quarters > pw ? (quarters - pw + C::kTmaWarps - 1) / C::kTmaWarps : 0; }
+};
+
 // v11's copy of one 256-key block at pages of 8, 16 or 32 keys (v12): a quarter is 64 / page
 // pages, each `page` consecutive cache rows, and each page is one TMA box (page rows x 128 B,
 // 128-byte swizzle; the host encodes the maps with box rows = the page size, tma.hpp). Box i of
@@ -307,11 +325,9 @@ MJ_DEVICE void produce_block_tma_pages(const MlaIndexerScoresArgs& a, const unsi
   static_assert(kMine * kBoxes <= 32, "one box per lane");
   constexpr u32 kScaleBytes = C::kQuarterKeys * 4;
   constexpr u32 kBoxBytes = kPage * C::kDepth;
-  const int key0 = static_cast<int>(kv0);  // 31-bit keys and rows, as produce_block_tma
-  const int keys_left = static_cast<int>(kv_hi - kv0);  // >= 1
-  const int quarters = keys_left >= C::kBlockKeys ? C::kWgs : (keys_left + C::kQuarterKeys - 1) / C::kQuarterKeys;
-  const int pages = a.pages_per_seq < 0x7fffffff ? static_cast<int>(a.pages_per_seq) : 0x7fffffff;
-  const u32 blocks = a.num_blocks < 0xffffffffLL ? static_cast<u32>(a.num_blocks) : 0xffffffffu;
+  const TmaBlockSpan<C> span(a, kv0, kv_hi);
+  const int key0 = span.key0, quarters = span.quarters, pages = span.pages;
+  const u32 blocks = span.blocks;
   // This lane's box: quarter qtr (the j-th of the warp), box i of it.
   const int j = lane / kBoxes, i = lane % kBoxes;
   const int qtr = pw + j * C::kTmaWarps;
@@ -326,7 +342,7 @@ MJ_DEVICE void produce_block_tma_pages(const MlaIndexerScoresArgs& a, const unsi
   const int row0 = blk < blocks ? static_cast<int>(blk * static_cast<u32>(a.block_row_stride) +
                                                    static_cast<u32>(a.layer_row_offset))
                                 : -kPage;
-  const int copied = quarters > pw ? (quarters - pw + C::kTmaWarps - 1) / C::kTmaWarps : 0;  // this warp's quarters
+  const int copied = span.copied(pw);  // this warp's quarters
   const bool leader = elect_one();
   if (leader) mbar_arrive_expect_tx(full_bar, copied * (C::kQuarterBytes + (scales_by_tma ? kScaleBytes : 0u)));
   // One lane issues every box, each page's row read back from its lane: a shuffle from a constant
@@ -395,11 +411,9 @@ MJ_DEVICE void produce_block_tma(const MlaIndexerScoresArgs& a, const unsigned* 
   constexpr u32 kScaleBytes = C::kQuarterKeys * 4;
   // Keys fit 31 bits (op.cpp), and so do cache rows (op.cpp checks the row count for v11): 32-bit
   // math (the uniform datapath's 64-bit multiplies and compares cost ~3x).
-  const int key0 = static_cast<int>(kv0);
-  const int keys_left = static_cast<int>(kv_hi - kv0);  // >= 1
-  const int quarters = keys_left >= C::kBlockKeys ? C::kWgs : (keys_left + C::kQuarterKeys - 1) / C::kQuarterKeys;
-  const int pages = a.pages_per_seq < 0x7fffffff ? static_cast<int>(a.pages_per_seq) : 0x7fffffff;
-  const u32 blocks = a.num_blocks < 0xffffffffLL ? static_cast<u32>(a.num_blocks) : 0xffffffffu;
+  const TmaBlockSpan<C> span(a, kv0, kv_hi);
+  const int key0 = span.key0, quarters = span.quarters, pages = span.pages;
+  const u32 blocks = span.blocks;
   // Table entries of this warp's quarters, read before the wait for the stage so that their latency
   // overlaps it; a page past the table reads as unmapped.
   constexpr u32 kNoBlock = 0xffffffffu;
@@ -421,7 +435,7 @@ MJ_DEVICE void produce_block_tma(const MlaIndexerScoresArgs& a, const unsigned* 
                                                  static_cast<u32>(a.layer_row_offset) + in_page)
                               : -C::kQuarterKeys;
   }
-  const int copied = quarters > pw ? (quarters - pw + C::kTmaWarps - 1) / C::kTmaWarps : 0;  // this warp's quarters
+  const int copied = span.copied(pw);  // this warp's quarters
   if (elect_one()) {
     mbar_arrive_expect_tx(full_bar, copied * (C::kQuarterBytes + (scales_by_tma ? kScaleBytes : 0u)));
 #pragma unroll
