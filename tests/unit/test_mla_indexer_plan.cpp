@@ -203,6 +203,7 @@ TEST_SUITE("mla_indexer plan") {
   TEST_CASE("v11's TMA plan: one box per 64-key quarter at pages >= 64, one per page at pages 8..32") {
     const uintptr_t base = uintptr_t{1} << 20;
     for (int page : {64, 128, 256, 1024}) CHECK(indexer::plan_tma(base, base, 1000, 1, page).box_rows == 64u);
+    CHECK(indexer::plan_tma(base, base, 1000, 1, 64).rows == 1000);  // the maps' row extent
     for (int page : {8, 16, 32}) {
       const indexer::TmaPlan p = indexer::plan_tma(base, base, 1000, 1, page);
       CHECK(p.box_rows == static_cast<uint32_t>(page));

@@ -191,7 +191,7 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
   sa.batch = static_cast<int>(B);
   sa.scale_row_stride = static_cast<int>(hdg);
   // v11's descriptors, once for all chunks (host-only; captured by value in a CUDA graph).
-  if (sm90 && tma) indexer::encode_tma(tma_plan, num_blocks * num_layers * p.page_size, sa);
+  if (sm90 && tma) indexer::encode_tma(tma_plan, sa);
 
   MlaIndexerTopkArgs ta{};
   ta.scores = sa.scores;

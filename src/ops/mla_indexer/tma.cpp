@@ -23,6 +23,7 @@ TmaPlan plan_tma(uintptr_t k_blocks, uintptr_t k_scales, int64_t total_rows, int
                 "coordinates); params.block_kv 64 selects v8");
   TmaPlan p;
   p.box_rows = static_cast<uint32_t>(std::min(page_size, kQuarterRows));
+  p.rows = total_rows;
   // A tensor copy writes to a 128-byte aligned shared address: box i of a quarter's scales lands at
   // i x box_rows x 4 bytes, so boxes of < 32 scales (pages 8 and 16) take the cp.async path (pages
   // 8 / 16 by TMA faulted with CUDA_ERROR_MISALIGNED_ADDRESS on the H100).
@@ -30,8 +31,8 @@ TmaPlan plan_tma(uintptr_t k_blocks, uintptr_t k_scales, int64_t total_rows, int
   return p;
 }
 
-void encode_tma(const TmaPlan& plan, int64_t total_rows, MlaIndexerScoresArgs& sa) {
-  const uint64_t rows = static_cast<uint64_t>(total_rows);
+void encode_tma(const TmaPlan& plan, MlaIndexerScoresArgs& sa) {
+  const uint64_t rows = static_cast<uint64_t>(plan.rows);
   {
     const uint64_t dims[2] = {kDepth, rows};
     const uint64_t strides[1] = {kDepth};

@@ -25,6 +25,7 @@ inline constexpr int kTmaMinPage = 8;
 struct TmaPlan {
   bool scales_by_tma = false;
   uint32_t box_rows = 64;  // rows per TMA box: min(page_size, 64), the kernel's box (one page or quarter)
+  int64_t rows = 0;        // the cache's rows (num_blocks x num_layers x page_size): the maps' row extent
 };
 
 // Validates what the TMA needs of the cache: page_size a power of two >= kTmaMinPage, k_blocks
@@ -33,9 +34,9 @@ struct TmaPlan {
 // Error(InvalidArgument) naming the field otherwise. Pure: no driver call.
 TmaPlan plan_tma(uintptr_t k_blocks, uintptr_t k_scales, int64_t total_rows, int scale_row_stride, int page_size);
 
-// Encodes sa.k_map (K as [total_rows, 128] bytes, box plan.box_rows x 128, 128-byte swizzle) and,
-// with plan.scales_by_tma, sa.scale_map ([total_rows] 32-bit words, box plan.box_rows), and sets
+// Encodes sa.k_map (K as [plan.rows, 128] bytes, box plan.box_rows x 128, 128-byte swizzle) and,
+// with plan.scales_by_tma, sa.scale_map ([plan.rows] 32-bit words, box plan.box_rows), and sets
 // sa.scales_by_tma. Host-only (cuTensorMapEncodeTiled), cheap enough per launch.
-void encode_tma(const TmaPlan& plan, int64_t total_rows, MlaIndexerScoresArgs& sa);
+void encode_tma(const TmaPlan& plan, MlaIndexerScoresArgs& sa);
 
 }  // namespace mlajit::indexer
