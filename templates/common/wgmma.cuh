@@ -31,6 +31,12 @@ MJ_DEVICE u64 smem_desc_sw128(u32 smem_addr, u32 lbo_bytes, u32 sbo_bytes) {
   return static_cast<u64>((smem_addr & 0x3FFFFu) >> 4) | (static_cast<u64>((lbo_bytes >> 4) & 0x3FFFu) << 16) |
          (static_cast<u64>((sbo_bytes >> 4) & 0x3FFFu) << 32) | (1ull << 62);
 }
+// 64-byte swizzle ("SW64"): 512-byte atoms of 8 rows x 64 bytes, chunk c of row r at c ^ ((r / 2) % 4),
+// atoms 512-byte aligned. Used K-major only (fp8: 64 e4m3 of K per row; a k32 step is +32 bytes).
+MJ_DEVICE u64 smem_desc_sw64(u32 smem_addr, u32 lbo_bytes, u32 sbo_bytes) {
+  return static_cast<u64>((smem_addr & 0x3FFFFu) >> 4) | (static_cast<u64>((lbo_bytes >> 4) & 0x3FFFu) << 16) |
+         (static_cast<u64>((sbo_bytes >> 4) & 0x3FFFu) << 32) | (2ull << 62);
+}
 // Advances a descriptor's start address by `bytes` (multiple of 16, staying inside shared memory).
 MJ_DEVICE u64 desc_advance(u64 desc, u32 bytes) { return desc + (bytes >> 4); }
 
@@ -146,6 +152,31 @@ MJ_DEVICE void wgmma_m64n128k32_e4m3(float (&d)[64], u64 desc_a, u64 desc_b, u32
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" MJ_WGMMA_D64_REGS "}, %64, %65, p, 1, 1;\n}\n"
                : MJ_WGMMA_D64_OUTS
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// D[64 x 64] (+)= A[64 x 32] * B[64 x 32]^T, e4m3 operands K-major in shared memory.
+MJ_DEVICE void wgmma_m64n64k32_e4m3_ss(float (&d)[32], u64 desc_a, u64 desc_b, u32 accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {" MJ_WGMMA_D32_REGS "}, %32, %33, p, 1, 1;\n}\n"
+               : MJ_WGMMA_D32_OUTS
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+// D[64 x 256] (+)= A[64 x 32] * B[256 x 32]^T; A in registers: the e4m3 fragment of a 64 x 32 slice
+// (register i: row 16 w + gid + 8 (i % 2), K columns 16 (i / 2) + 4 tig + {0..3}, byte 0 first),
+// B K-major in shared memory.
+MJ_DEVICE void wgmma_m64n256k32_e4m3_rs(float (&d)[128], const u32 (&a)[4], u64 desc_b, u32 accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {" MJ_WGMMA_D128_REGS "}, "
+               "{%128, %129, %130, %131}, %132, p, 1, 1;\n}\n"
+               : MJ_WGMMA_D128_OUTS
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+// D[64 x 256] (+)= A[64 x 32] * B[256 x 32]^T, both e4m3 K-major in shared memory.
+MJ_DEVICE void wgmma_m64n256k32_e4m3_ss(float (&d)[128], u64 desc_a, u64 desc_b, u32 accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {" MJ_WGMMA_D128_REGS "}, %128, %129, p, 1, 1;\n}\n"
+               : MJ_WGMMA_D128_OUTS
                : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 

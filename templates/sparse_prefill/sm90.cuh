@@ -4,7 +4,7 @@
 // ---- Host interface (what the generator instantiates and the op launches) ----------------------
 //   #include "sparse_prefill/sm90.cuh"
 //   using Cfg = mj::sparse_prefill_sm90::Config<NUM_HEADS, B_TOPK, KV_FP8, SCALE_BLOCK, ATTN_SINK,
-//                                                EMIT_LSE, PAGE_SIZE, NUM_STAGES>;
+//                                                EMIT_LSE, PAGE_SIZE, NUM_STAGES[, FP8_MATH]>;
 //   extern "C" __global__ void __launch_bounds__(Cfg::kThreads, 1)
 //   mlajit_sparse_prefill_sm90(const __grid_constant__ SparsePrefillArgs args) {
 //     mj::sparse_prefill_sm90::run<Cfg>(args);
@@ -13,7 +13,7 @@
 //               (= num_tokens * NUM_HEADS / Cfg::kHeadsPerCta; token-major: the CTAs of one token
 //                are adjacent so they read its gathered rows from L2 together)
 //         block = (Cfg::kThreads = 384, 1, 1)
-//         dynamic shared memory = Cfg::kSmemBytes (232256 bytes: needs the opt-in
+//         dynamic shared memory = Cfg::kSmemBytes (232256 bytes, FP8_MATH 189520: needs the opt-in
 //         CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES; the sm_90 limit is 232448).
 //         The `__launch_bounds__(kThreads, 1)` (with the 1) is required: setmaxnreg needs an entry
 //         register cap.
@@ -39,7 +39,10 @@
 //   NUM_STAGES  must be 2: the K ring is two 64-key stages (one per consumer warpgroup), each
 //               split into a left (dims 0..255) and right (dims 256..575) half with its own
 //               full/empty barriers, so the producer refills a half as soon as its readers are done.
-//   TUNE        (9th, defaulted) development-only experiment bits; the generator leaves it 0.
+//   FP8_MATH    (9th, defaulted false) params qk_math fp8: Q K^T and P V on e4m3 wgmma with Q quantised
+//               per head; needs KV_FP8 and SCALE_BLOCK 0 or 576; 189520 bytes of shared memory.
+//               The body is sparse_prefill/sm90_fp8math.cuh (its header says what differs).
+//   TUNE        (10th, defaulted) development-only experiment bits; the generator leaves it 0.
 // Args: every pointer of SparsePrefillArgs that the configuration uses must be valid; sm_scale must
 // be finite and >= 0 (the running max is taken on scaled scores). Absolute row indices must fit in
 // 32 bits (any cache that fits in device memory: 2^32 rows would be >= 2.4 TB).
@@ -135,7 +138,7 @@ enum : u32 {
 #define MJ_SP90_F16_CONSUMER_REGS 216
 #endif
 template <int NUM_HEADS, int B_TOPK, bool KV_FP8, int SCALE_BLOCK, bool ATTN_SINK, bool EMIT_LSE, int PAGE_SIZE,
-          int NUM_STAGES, int TUNE = 0>
+          int NUM_STAGES, bool FP8_MATH = false, int TUNE = 0>
 struct Config {
   static_assert(NUM_HEADS >= 16 && NUM_HEADS <= 128 && NUM_HEADS % 16 == 0,
                 "sparse_prefill_sm90: NUM_HEADS must be a multiple of 16 in [16, 128]");
@@ -147,6 +150,8 @@ struct Config {
                 "sparse_prefill_sm90: SCALE_BLOCK must be 0 or divide 576");
   static_assert(SCALE_BLOCK == 0 || SCALE_BLOCK >= 16,
                 "sparse_prefill_sm90: SCALE_BLOCK must be 0 or >= 16 (a 16-element chunk spans <= 2 scale groups)");
+  static_assert(!FP8_MATH || (KV_FP8 && (SCALE_BLOCK == 0 || SCALE_BLOCK == kQkDim)),
+                "sparse_prefill_sm90: FP8_MATH needs an fp8 cache with unit or per-row scales (SCALE_BLOCK 0 or 576)");
 
   static constexpr int kNumHeads = NUM_HEADS;
   static constexpr int kBTopk = B_TOPK;
@@ -158,7 +163,10 @@ struct Config {
   // fp8 with unit or per-row scales: the tiles hold f16 (e4m3 -> f16 is one exact cvt per pair, and
   // the f16 wgmma runs at the bf16 rate); Q and P are converted to f16 too (see load_q). Group
   // scales multiply in the tile and keep the bf16 decode with its 2^-64 bias (wider range).
-  static constexpr bool kF16 = KV_FP8 && !kGroupScale;
+  static constexpr bool kF16 = KV_FP8 && !kGroupScale && !FP8_MATH;
+  // FP8 math (params qk_math fp8, sparse_prefill/sm90_fp8math.cuh): Q quantised to e4m3 per head,
+  // Q K^T and P V on e4m3 wgmma, K rows kept as e4m3 in shared memory.
+  static constexpr bool kFp8Math = FP8_MATH;
   static constexpr bool kSink = ATTN_SINK;
   static constexpr bool kEmitLse = EMIT_LSE;
   static constexpr int kPageSize = PAGE_SIZE;
@@ -188,8 +196,18 @@ struct Config {
   static constexpr int kOffRowSum = kOffMax + 64 * 4;      // float[2][64]: row sums per warpgroup
   static constexpr int kOffBias = kOffRowSum + 2 * 64 * 4; // float[2][64]: 0 (valid) / -inf per key
   static constexpr int kOffColScale = kOffBias + 2 * 64 * 4;  // float[2][64]: per-row fp8 scale per key
-  static constexpr int kMiscBytes = kOffColScale + 2 * 64 * 4;
-  static constexpr int kTileRegionBytes = 3 * kStageBytes + kTileBytes;  // Q, K stage 0, K stage 1, P1
+  // FP8 math: bias / colscale / invscale are [step parity][stage][64] (a stage is released before its
+  // softmax reads them), plus the per-head query scales.
+  static constexpr int kKeyArrayBytes = (FP8_MATH ? 4 : 2) * 64 * 4;
+  static constexpr int kOffBiasF8 = kOffRowSum + 2 * 64 * 4;
+  static constexpr int kOffColScaleF8 = kOffBiasF8 + kKeyArrayBytes;
+  static constexpr int kOffInvScale = kOffColScaleF8 + kKeyArrayBytes;  // FP8 math: 2^-log2(scale) per key
+  static constexpr int kOffQScale = kOffInvScale + kKeyArrayBytes;      // FP8 math: float[64] query scales
+  static constexpr int kMiscBytes = FP8_MATH ? kOffQScale + 64 * 4 : kOffColScale + 2 * 64 * 4;
+  // Tiles: Q, K stage 0, K stage 1, P1 (bf16 / f16); FP8 math: Q, K stages 0 / 1 (e4m3, 64-byte
+  // rows), V^T of WG0 / WG1 (two 64-key slots each), P0, P1 (e4m3).
+  static constexpr int kTileRegionBytes =
+      FP8_MATH ? 3 * (kQkTiles * 4096) + 2 * (2 * 256 * 64) + 2 * 4096 : 3 * kStageBytes + kTileBytes;
   static constexpr int kSmemBytes = kMiscBytes + 1024 + kTileRegionBytes;
   static_assert(kSmemBytes <= 232448, "shared memory");
 };
@@ -1012,6 +1030,12 @@ template <class C>
 MJ_DEVICE float tile_unscale() {
   return C::kFp8 && !C::kF16 ? kTwoPow64 : 1.0f;
 }
+// What the accumulated output must be multiplied by: the tile's unscale, or with FP8 math 1/256
+// (P is encoded as 256 P in e4m3, see sm90_fp8math.cuh).
+template <class C>
+MJ_DEVICE float output_unscale() {
+  return C::kFp8Math ? 1.0f / 256.0f : tile_unscale<C>();
+}
 // q_unscale: 2^-e of the f16 query tile (load_q), else 1.
 template <class C>
 MJ_DEVICE float score_multiplier(const SparsePrefillArgs& a, float q_unscale) {
@@ -1103,7 +1127,7 @@ MJ_DEVICE void finish(const SparsePrefillArgs& a, const Smem& s, const Lane& ln,
   sm90::mbar_wait(s.rowsum_ready, 0);
   const float L0 = s.rowsum[ln.r0] + s.rowsum[64 + ln.r0];
   const float L1 = s.rowsum[ln.r1] + s.rowsum[64 + ln.r1];
-  const float out_mult = tile_unscale<C>();
+  const float out_mult = output_unscale<C>();
   auto row_factor = [&](int r, float L, float m) {
     if (L == 0.0f) return 0.0f;  // no valid slot: out = 0 whatever the sink
     float den = L;
@@ -1308,8 +1332,20 @@ MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane
   finish<C>(a, s, ln, lane, token, head0, o, m0, m1, l0, l1);
 }
 
+}  // namespace sparse_prefill_sm90
+}  // namespace mj
+
+#include "sparse_prefill/sm90_fp8math.cuh"
+
+namespace mj {
+namespace sparse_prefill_sm90 {
+
 template <class C>
 MJ_DEVICE void run(const SparsePrefillArgs& args) {
+  if constexpr (C::kFp8Math) {
+    run_fp8math<C>(args);
+    return;
+  }
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const Smem s = [&] {
     Smem r = carve_smem(smem_raw, C::kMiscBytes);
