@@ -135,7 +135,7 @@ enum : u32 {
 #define MJ_SP90_F16_CONSUMER_REGS 216
 #endif
 template <int NUM_HEADS, int B_TOPK, bool KV_FP8, int SCALE_BLOCK, bool ATTN_SINK, bool EMIT_LSE, int PAGE_SIZE,
-          int NUM_STAGES, int TUNE = 0>
+          int NUM_STAGES, bool FP8_MATH = false, int TUNE = 0>
 struct Config {
   static_assert(NUM_HEADS >= 16 && NUM_HEADS <= 128 && NUM_HEADS % 16 == 0,
                 "sparse_prefill_sm90: NUM_HEADS must be a multiple of 16 in [16, 128]");
@@ -190,7 +190,8 @@ struct Config {
   static constexpr int kOffColScale = kOffBias + 2 * 64 * 4;  // float[2][64]: per-row fp8 scale per key
   static constexpr int kMiscBytes = kOffColScale + 2 * 64 * 4;
   static constexpr int kTileRegionBytes = 3 * kStageBytes + kTileBytes;  // Q, K stage 0, K stage 1, P1
-  static constexpr int kSmemBytes = kMiscBytes + 1024 + kTileRegionBytes;
+  static constexpr bool kFp8Math = FP8_MATH;
+  static constexpr int kSmemBytes = FP8_MATH ? 187728 : (kMiscBytes + 1024 + kTileRegionBytes);
   static_assert(kSmemBytes <= 232448, "shared memory");
 };
 
