@@ -15,7 +15,6 @@ void check_page_size(int page_size, const std::string& field);
 const char* scale_fmt_name(ScaleFmt f);
 const char* mask_name(Mask m);
 const char* emit_name(IndexEmit e);
-const char* qk_math_name(QkMath m);
 // "bf16" | "fp8" (the JSON spelling); anything else is an Error naming `field` and the choices.
 QkMath parse_qk_math(const std::string& name, const std::string& field);
 

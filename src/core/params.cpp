@@ -153,7 +153,6 @@ void check_page_size(int page_size, const std::string& field) {
 const char* scale_fmt_name(ScaleFmt f) { return enum_name(f); }
 const char* mask_name(Mask m) { return enum_name(m); }
 const char* emit_name(IndexEmit e) { return enum_name(e); }
-const char* qk_math_name(QkMath m) { return enum_name(m); }
 QkMath parse_qk_math(const std::string& name, const std::string& field) { return parse_enum<QkMath>(name, field); }
 
 // ---- validation ---------------------------------------------------------------------------------
