@@ -25,6 +25,8 @@ struct KernelSource {
   std::string code;                 // the generated translation unit
   std::vector<EntryPoint> entries;  // in the order the op's host code indexes them
   std::string min_arch;             // lowest target it compiles for, e.g. "sm_80" or "sm_90a"
+  std::string min_arch_why;         // why, when the spec itself demands it (e.g. "qk_math fp8 ..."): part
+                                    // of the error a lower target gets; "" = the generic message
 };
 
 // Validates the spec and generates its source. Throws Error(InvalidArgument) for a bad spec.

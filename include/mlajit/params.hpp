@@ -17,6 +17,10 @@ namespace mlajit {
 enum class ScaleFmt { fp32, ue8m0 };  // fp32: s = amax/448; ue8m0: s rounded up to a power of 2
 enum class Mask { none, causal };
 enum class IndexEmit { logical, physical };
+// sparse_prefill tensor-core math. bf16: 16-bit operands (bf16 tiles; f16 tiles for an fp8 cache with
+// unit or per-row scales), exact up to bf16/f16 rounding. fp8: opt-in, Hopper only: Q quantized per
+// token and head to e4m3 and QK (and P.V) on FP8 wgmma, faster and less accurate (README, "FP8-math mode").
+enum class QkMath { bf16, fp8 };
 
 // SPEC §1. The paged KV cache layout:
 //   blocks [num_blocks, kv_dim, num_layers, page_size, num_heads, head_size] of dtype
@@ -141,6 +145,7 @@ struct SparsePrefillParams {
   bool attn_sink = false;
   bool emit_lse = true;
   DType output_dtype = DType::bf16; // bf16
+  QkMath qk_math = QkMath::bf16;    // fp8: opt-in FP8 tensor-core math (kv_dtype fp8_e4m3, scale_block_size 0 | 576)
   // tuning knobs
   int num_stages = 0;               // gather pipeline depth (0 = heuristic)
   // Every field in JSON order: `v("name", field)` per field. One list drives JSON, hashing,
@@ -158,6 +163,7 @@ struct SparsePrefillParams {
     v("attn_sink", p.attn_sink);
     v("emit_lse", p.emit_lse);
     v("output_dtype", p.output_dtype);
+    v("qk_math", p.qk_math);
     v("num_stages", p.num_stages);
   }
   void validate() const;

@@ -46,6 +46,30 @@ def test_precompile_rejects_bad_arch_and_writes_nothing(tmp_path):
         mlajit.precompile(INDEX_REMAP, arch="sm_12")
 
 
+FP8_MATH = {"op": "sparse_prefill", "params": {"kv_dtype": "fp8_e4m3", "scale_block_size": 576, "qk_math": "fp8"}}
+
+
+def test_sparse_prefill_qk_math_passes_through_and_is_validated():
+    assert mlajit.Op({"op": "sparse_prefill", "params": {}}).params["qk_math"] == "bf16"  # the default, written out
+    op = mlajit.Op(FP8_MATH)
+    assert op.params["qk_math"] == "fp8" and op.params["scale_block_size"] == 576
+    assert mlajit.Op(op.json).json == op.json
+    with pytest.raises(mlajit.InvalidArgumentError, match=r"kv_dtype: got bf16, expected fp8_e4m3 with qk_math fp8"):
+        mlajit.Op({"op": "sparse_prefill", "params": {"qk_math": "fp8"}})
+    with pytest.raises(mlajit.InvalidArgumentError, match=r"group scales are not supported in FP8 math"):
+        mlajit.Op({"op": "sparse_prefill", "params": {"kv_dtype": "fp8_e4m3", "scale_block_size": 64, "qk_math": "fp8"}})
+    with pytest.raises(mlajit.InvalidArgumentError, match=r"qk_math: got \"fp16\", expected bf16 \| fp8"):
+        mlajit.Op({"op": "sparse_prefill", "params": {"qk_math": "fp16"}})
+
+
+def test_fp8_math_precompile_for_a_non_hopper_arch_is_refused_and_writes_nothing():
+    before = set(os.listdir(mlajit.cache_dir())) if os.path.isdir(mlajit.cache_dir()) else set()
+    with pytest.raises(mlajit.InvalidArgumentError, match=r"got sm_80, expected sm_90a.*qk_math fp8"):
+        mlajit.precompile(FP8_MATH, arch="sm_80")
+    after = set(os.listdir(mlajit.cache_dir())) if os.path.isdir(mlajit.cache_dir()) else set()
+    assert after == before
+
+
 def _nvrtc():
     return mlajit.info().get("nvrtc") is not None
 

@@ -9,6 +9,7 @@
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/shape_arg.hpp"
+#include "core/param_checks.hpp"
 
 namespace mlajit::cli {
 
@@ -31,8 +32,11 @@ ops and their shape keys (defaults in brackets; tokens / keys / topk mean what t
   sparse_prefill
       tokens [4096] heads [128] topk [2048] keys [32768] kv_dtype [bf16] b_topk [64] page_size [64]
       scale_block_size [0] sink [0] lse [1] path [auto|sm80|sm90] (also s_q = tokens, s_kv = keys)
+      qk_math [bf16|fp8]: fp8 = the opt-in FP8-math kernel (Hopper only; needs kv_dtype=fp8_e4m3 and
+        scale_block_size 0 or 576), e.g. --shape kv_dtype=fp8_e4m3,scale_block_size=576,qk_math=fp8
       --anchor LIB.so: also time LIB's anchor_sparse_prefill_bf16 on the same inputs, interleaved
       (C ABI in src/ops/sparse_prefill/bench.hpp); prints both TFLOP/s, the ratio and the output diff
+      (an fp8 cache reaches the anchor dequantised to bf16, with either qk_math)
 )";
 
 void print_summary(const std::string& op, const nlohmann::json& r) {
@@ -51,8 +55,13 @@ void print_summary(const std::string& op, const nlohmann::json& r) {
                     an["mlajit_over_anchor"].get<double>(), an["max_rel_diff"].get<double>());
     }
   } else if (op == "sparse_prefill") {
+    const auto& p = r["params"];
+    const bool fp8 = p["kv_dtype"] == "fp8_e4m3";
+    const std::string variant = p["kv_dtype"].get<std::string>() +
+                                (fp8 ? " sbs " + std::to_string(p["scale_block_size"].get<int>()) : std::string()) +
+                                (p["qk_math"] == "fp8" ? " qk_math fp8" : "");
     std::printf("sparse_prefill %s path %s: s_q %lld H %d topk %d s_kv %lld: %.3f ms median (min %.3f), %.1f TFLOP/s\n",
-                r["params"]["kv_dtype"].get<std::string>().c_str(), r["path"].get<std::string>().c_str(),
+                variant.c_str(), r["path"].get<std::string>().c_str(),
                 r["s_q"].get<long long>(), r["num_heads"].get<int>(), r["topk"].get<int>(), r["s_kv"].get<long long>(),
                 r["ms"]["median"].get<double>(), r["ms"]["min"].get<double>(), r["tflops"].get<double>());
     if (r.contains("anchor")) {
@@ -154,6 +163,7 @@ int cmd_bench(const Argv& argv) {
     shape.take_int("scale_block_size", a.scale_block_size);
     shape.take_bool("sink", a.attn_sink);
     shape.take_bool("lse", a.emit_lse);
+    if (auto m = shape.take("qk_math")) a.qk_math = parse_qk_math(*m, "--shape qk_math");
     if (auto p = shape.take("path")) a.path = *p;
     a.anchor = args.get_or("anchor", "");
     shape.done(op);

@@ -32,6 +32,10 @@ struct EnumNames<IndexEmit> {
   static constexpr std::pair<IndexEmit, const char*> v[] = {{IndexEmit::logical, "logical"},
                                                             {IndexEmit::physical, "physical"}};
 };
+template <>
+struct EnumNames<QkMath> {
+  static constexpr std::pair<QkMath, const char*> v[] = {{QkMath::bf16, "bf16"}, {QkMath::fp8, "fp8"}};
+};
 
 template <typename E>
 const char* enum_name(E e) {
@@ -149,6 +153,7 @@ void check_page_size(int page_size, const std::string& field) {
 const char* scale_fmt_name(ScaleFmt f) { return enum_name(f); }
 const char* mask_name(Mask m) { return enum_name(m); }
 const char* emit_name(IndexEmit e) { return enum_name(e); }
+QkMath parse_qk_math(const std::string& name, const std::string& field) { return parse_enum<QkMath>(name, field); }
 
 // ---- validation ---------------------------------------------------------------------------------
 void PagedKVCacheParams::validate(const std::string& p) const {

@@ -41,8 +41,10 @@ BuiltKernel build_source(const KernelSource& src, const std::string& arch, DiskC
   auto t0 = std::chrono::steady_clock::now();
   Compiler& compiler = Compiler::global();
   auto options = compiler.options(arch);  // validates arch
+  // Before any cache lookup: a kernel the target cannot run is never built, stored or loaded.
   if (!arch_satisfies(arch, src.min_arch))
-    throw_invalid(fmt::format("target arch of {}", src.name), arch, fmt::format("{} or compatible", src.min_arch));
+    throw_invalid(fmt::format("target arch of {}", src.name), arch,
+                  fmt::format("{} or compatible{}", src.min_arch, src.min_arch_why.empty() ? "" : " (" + src.min_arch_why + ")"));
 
   std::string nvrtc_why;
   if (!Compiler::available(&nvrtc_why)) {

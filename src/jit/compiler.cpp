@@ -176,8 +176,10 @@ CompiledKernel Compiler::compile(const KernelSource& src, const std::string& arc
   validate_arch(arch);
   if (!arch_satisfies(arch, src.min_arch))
     throw_invalid(fmt::format("target arch of {}", src.name), arch,
-                  arch_specific(src.min_arch) ? fmt::format("exactly {} (the kernel uses arch-specific instructions)", src.min_arch)
-                                              : fmt::format("{} or newer", src.min_arch));
+                  arch_specific(src.min_arch)
+                      ? fmt::format("exactly {} ({})", src.min_arch,
+                                    src.min_arch_why.empty() ? "the kernel uses arch-specific instructions" : src.min_arch_why)
+                      : fmt::format("{} or newer{}", src.min_arch, src.min_arch_why.empty() ? "" : " (" + src.min_arch_why + ")"));
   auto opts = options(arch);
   auto t0 = std::chrono::steady_clock::now();
   NvrtcRun run = run_nvrtc(src, opts, /*want_ptx=*/false);

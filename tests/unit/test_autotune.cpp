@@ -152,7 +152,7 @@ TEST_CASE("problem_hash covers every non-knob field and no knob") {
   // For every field params_to_json writes, change it and check that the hash changes iff the
   // field is not a knob: a field added to params.hpp later without being hashed fails here.
   const std::vector<std::string> alternatives = {"f32", "bf16", "f16", "fp8_e4m3", "ue8m0", "fp32",
-                                                 "causal", "none", "physical", "logical"};
+                                                 "causal", "none", "physical", "logical", "fp8"};
   for (const OpParams& base : {OpParams{KvCacheStoreParams{}}, OpParams{fp8_store()}, OpParams{KvCacheGatherParams{}},
                                OpParams{SparseIndexRemapParams{}}, OpParams{MlaIndexerParams{}},
                                OpParams{SparsePrefillParams{}}}) {
@@ -384,6 +384,29 @@ TEST_CASE("lookup: the index finds the tuned params for device, problem and buck
   bf16.cache.scale_fmt = ScaleFmt::fp32;
   CHECK(idx.find(dev, bf16, b) == nullptr);                            // an fp8 entry never serves bf16
   CHECK(idx.find(dev, KvCacheGatherParams{}, b) == nullptr);
+}
+
+TEST_CASE("lookup: a record written before qk_math existed serves the bf16-math prefill only") {
+  // Records of earlier builds have no "qk_math": they were measured with 16-bit math, the default
+  // they parse to, so they keep serving those specs and never an FP8-math one.
+  const auto b = bucket_sparse_prefill(4096, 2048);
+  SparsePrefillParams tuned;
+  tuned.kv_dtype = DType::fp8_e4m3;
+  tuned.scale_block_size = 576;
+  tuned.b_topk = 128;
+  json j = record(tuned, b, 1.0).to_json();
+  REQUIRE(j["params"].at("qk_math") == "bf16");  // written explicitly from now on
+  j["params"].erase("qk_math");
+  const TuningRecord old = TuningRecord::from_json(j, "records[0]");
+  CHECK(old.key() == record(tuned, b, 1.0).key());  // merges dedupe it against a new record
+  TuningIndex idx({old});
+  SparsePrefillParams query = tuned;
+  query.b_topk = 64;
+  const OpParams* hit = idx.find(device_key("GPU-A", 132), query, b);
+  REQUIRE(hit != nullptr);
+  CHECK(std::get<SparsePrefillParams>(*hit).b_topk == 128);
+  query.qk_math = QkMath::fp8;
+  CHECK(idx.find(device_key("GPU-A", 132), query, b) == nullptr);
 }
 
 TEST_CASE("lookup: tuning records of cache layers: the first layer's record wins, missing files add nothing") {

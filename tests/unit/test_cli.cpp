@@ -95,6 +95,13 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
   CHECK(last_stderr().find("both tokens and s_q") != std::string::npos);
   CHECK(cli("bench sparse_prefill --shape tokens=4096,keys=32768,topk=2048,bogus=1").code == 2);
   CHECK(last_stderr().find("bogus") != std::string::npos);
+  // qk_math: spelled as in the params, validated with them, before any GPU use.
+  CHECK(cli("bench sparse_prefill --shape qk_math=fp16").code == 2);
+  CHECK(last_stderr().find("--shape qk_math: got \"fp16\", expected bf16 | fp8") != std::string::npos);
+  CHECK(cli("bench sparse_prefill --shape qk_math=fp8").code == 2);
+  CHECK(last_stderr().find("params.kv_dtype: got bf16, expected fp8_e4m3 with qk_math fp8") != std::string::npos);
+  CHECK(cli("bench sparse_prefill --shape kv_dtype=fp8_e4m3,scale_block_size=64,qk_math=fp8").code == 2);
+  CHECK(last_stderr().find("group scales are not supported in FP8 math") != std::string::npos);
   CHECK(cli("bench kv_cache_store --anchor /nonexistent.so").code == 2);
   CHECK(last_stderr().find("only with OP mla_indexer or sparse_prefill") != std::string::npos);
   CHECK(cli("bench mla_indexer --anchor /nonexistent.so").code == 2);
@@ -125,6 +132,34 @@ TEST_CASE("cli: bad configs are rejected with the JSON path of the bad field, no
     CHECK(last_stderr().find(c.needle) != std::string::npos);
     CHECK_FALSE(fs::exists(cache));  // bad input changes nothing on disk
   }
+}
+
+TEST_CASE("cli: an FP8-math prefill is refused for a non-Hopper target, naming qk_math fp8 and the arch") {
+  TempDir t("cli");
+  const std::string cache = (t.path / "cache").string();
+  const std::string cfg = write_file(
+      t.path / "fp8math.json",
+      R"({"kernels":[{"op":"sparse_prefill","params":{"kv_dtype":"fp8_e4m3","scale_block_size":576,"qk_math":"fp8"}}]})");
+  for (const char* arch : {"sm_80", "sm_100a"}) {
+    CAPTURE(arch);
+    Run r = cli("build " + cfg + " --arch " + arch + " --json --cache-dir " + cache);
+    CHECK(r.code == 2);
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j["failed"] == 1);
+    REQUIRE(j["results"].size() == 1);
+    const std::string err = j["results"][0]["error"];
+    CHECK_MESSAGE(err.find(std::string("got ") + arch + ", expected sm_90a") != std::string::npos, err);
+    CHECK_MESSAGE(err.find("qk_math fp8") != std::string::npos, err);
+    CHECK_MESSAGE(err.find("_fp8math") != std::string::npos, err);  // the kernel's name
+    // Nothing was compiled or stored.
+    if (fs::exists(cache))
+      for (const auto& e : fs::directory_iterator(cache)) CHECK_MESSAGE(e.path().extension() != ".mjc", e.path());
+  }
+  // Its source needs no target to be generated: the FP8-math Config, not the portable body.
+  Run g = cli("gen " + cfg);
+  REQUIRE(g.code == 0);
+  CHECK(g.out.find("/*fp8_math*/ true>") != std::string::npos);
+  CHECK(g.out.find("sparse_prefill/sm80.cuh") == std::string::npos);
 }
 
 TEST_CASE("cli: build --json, cache hits on the second run, cache ls/verify") {

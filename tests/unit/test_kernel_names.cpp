@@ -50,6 +50,14 @@ std::vector<OpParams> bases(Op op) {
     auto& p = std::get<SparsePrefillParams>(out.emplace_back(out[0]));
     p.kv_dtype = DType::fp8_e4m3;
     p.scale_block_size = 64;
+    // Per-row scales, with 16-bit and with FP8 math: qk_math is only valid on such a cache, so it
+    // is varied (and its fields are varied around it) from these two.
+    SparsePrefillParams row = std::get<SparsePrefillParams>(out[0]);
+    row.kv_dtype = DType::fp8_e4m3;
+    row.scale_block_size = 576;
+    out.emplace_back(row);
+    row.qk_math = QkMath::fp8;
+    out.emplace_back(row);
   }
   return out;
 }
@@ -80,6 +88,7 @@ struct FieldVariant {
   void operator()(const char* name, ScaleFmt& v) { set<ScaleFmt>(name, v, {ScaleFmt::fp32, ScaleFmt::ue8m0}); }
   void operator()(const char* name, Mask& v) { set<Mask>(name, v, {Mask::none, Mask::causal}); }
   void operator()(const char* name, IndexEmit& v) { set<IndexEmit>(name, v, {IndexEmit::logical, IndexEmit::physical}); }
+  void operator()(const char* name, QkMath& v) { set<QkMath>(name, v, {QkMath::bf16, QkMath::fp8}); }
 };
 
 int field_count(OpParams p) {

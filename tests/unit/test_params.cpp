@@ -70,7 +70,11 @@ TEST_CASE("non-default params round trip exactly") {
   p.emit_lse = false;
   p.b_topk = 128;
   p.num_q_heads = 64;
-  for (const KernelSpec& spec : {KernelSpec{s}, KernelSpec{m}, KernelSpec{p}}) {
+  SparsePrefillParams f;
+  f.kv_dtype = DType::fp8_e4m3;
+  f.scale_block_size = 576;
+  f.qk_math = QkMath::fp8;
+  for (const KernelSpec& spec : {KernelSpec{s}, KernelSpec{m}, KernelSpec{p}, KernelSpec{f}}) {
     CAPTURE(spec.canonical());
     KernelSpec back = kernel_spec_from_json(json::parse(to_json(spec).dump()));
     CHECK(back == spec);
@@ -129,6 +133,10 @@ TEST_CASE("bad params are rejected with an error naming the field") {
        "kernel.params.scale_block_size"},
       {R"({"op":"sparse_prefill","params":{"num_stages":5}})", "kernel.params.num_stages"},
       {R"({"op":"sparse_prefill","params":{"num_stages":3}})", "kernel.params.num_stages"},
+      {R"({"op":"sparse_prefill","params":{"qk_math":"fp16"}})", "kernel.params.qk_math"},
+      {R"({"op":"sparse_prefill","params":{"qk_math":"fp8"}})", "kernel.params.kv_dtype"},
+      {R"({"op":"sparse_prefill","params":{"kv_dtype":"fp8_e4m3","scale_block_size":64,"qk_math":"fp8"}})",
+       "kernel.params.scale_block_size"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.json);
@@ -157,6 +165,7 @@ TEST_CASE("bad JSON is rejected with an error naming the path") {
       {R"({"op":"sparse_prefill","params":{"attn_sink":1}})", "kernel.params.attn_sink"},
       {R"({"op":"sparse_prefill","params":{"kv_dtype":8}})", "kernel.params.kv_dtype"},
       {R"({"op":"mla_indexer","params":{"mask":true}})", "kernel.params.mask"},
+      {R"({"op":"sparse_prefill","params":{"qk_math":8}})", "kernel.params.qk_math"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.json);
@@ -191,4 +200,53 @@ TEST_CASE("hash and equality see every field") {
   // Same params under different ops differ (sparse_index_remap vs nothing else shares layout, but
   // the op index is hashed in regardless).
   CHECK(KernelSpec{KvCacheStoreParams{}} != KernelSpec{KvCacheGatherParams{}});
+}
+
+TEST_CASE("sparse_prefill qk_math: bf16 by default, \"fp8\" opts in, and only on an fp8 cache with unit or row scales") {
+  // Absent means bf16 (configs written before the field existed keep their meaning); it is always
+  // written out, like every other field.
+  const KernelSpec plain = kernel_spec_from_json(json::parse(R"({"op":"sparse_prefill","params":{}})"));
+  CHECK(std::get<SparsePrefillParams>(plain.params).qk_math == QkMath::bf16);
+  CHECK(to_json(plain)["params"]["qk_math"] == "bf16");
+  for (int sbs : {0, 576}) {
+    CAPTURE(sbs);
+    json j = {{"op", "sparse_prefill"},
+              {"params", {{"kv_dtype", "fp8_e4m3"}, {"scale_block_size", sbs}, {"qk_math", "fp8"}}}};
+    const KernelSpec spec = kernel_spec_from_json(j);
+    CHECK(std::get<SparsePrefillParams>(spec.params).qk_math == QkMath::fp8);
+    CHECK(to_json(spec)["params"]["qk_math"] == "fp8");
+    CHECK(kernel_spec_from_json(to_json(spec)) == spec);
+    j["params"]["qk_math"] = "bf16";
+    CHECK(kernel_spec_from_json(j) != spec);
+    CHECK(kernel_spec_from_json(j).hash() != spec.hash());
+  }
+  // The errors say what FP8 math needs.
+  const std::string bf16_cache = rejection(R"({"op":"sparse_prefill","params":{"qk_math":"fp8"}})");
+  CHECK_MESSAGE(bf16_cache.find("kernel.params.kv_dtype: got bf16, expected fp8_e4m3 with qk_math fp8") == 0, bf16_cache);
+  for (int sbs : {16, 64, 72, 192, 288}) {
+    const std::string group = rejection(
+        json{{"op", "sparse_prefill"}, {"params", {{"kv_dtype", "fp8_e4m3"}, {"scale_block_size", sbs}, {"qk_math", "fp8"}}}}
+            .dump());
+    CAPTURE(group);
+    CHECK(group.find(fmt::format("kernel.params.scale_block_size: got {}, expected 0 (unit scales) or 576 (one scale "
+                                 "per row) with qk_math fp8",
+                                 sbs)) == 0);
+    CHECK(group.find("group scales are not supported in FP8 math") != std::string::npos);
+  }
+  const std::string bad_name = rejection(R"({"op":"sparse_prefill","params":{"qk_math":"e4m3"}})");
+  CHECK_MESSAGE(bad_name.find(R"(kernel.params.qk_math: got "e4m3", expected bf16 | fp8)") == 0, bad_name);
+}
+
+TEST_CASE("sparse_prefill names: the default specs keep their names, FP8-math specs are marked") {
+  // Pinned: names key dumps, `mlajit cache ls`, logs and tune reports; adding qk_math changed none.
+  SparsePrefillParams p;
+  CHECK(KernelSpec{p}.name() == "sparse_prefill_bf16_h128_p64_t64");
+  p.kv_dtype = DType::fp8_e4m3;
+  p.scale_block_size = 576;
+  p.attn_sink = true;
+  CHECK(KernelSpec{p}.name() == "sparse_prefill_fp8_e4m3_h128_p64_sb576_sink_t64");
+  p.qk_math = QkMath::fp8;
+  CHECK(KernelSpec{p}.name() == "sparse_prefill_fp8_e4m3_h128_p64_sb576_sink_fp8math_t64");
+  p.b_topk = 128;
+  CHECK(KernelSpec{p}.name() == "sparse_prefill_fp8_e4m3_h128_p64_sb576_sink_fp8math_t128");
 }

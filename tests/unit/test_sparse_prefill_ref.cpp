@@ -335,3 +335,124 @@ TEST_CASE("sparse_prefill path choice") {
   CHECK(sparse_prefill::parse_path("sm90") == sparse_prefill::Path::sm90);
   CHECK_THROWS_AS(sparse_prefill::parse_path("fast"), Error);
 }
+
+namespace {
+
+// An FP8-math spec: fp8 cache with unit (sbs 0) or per-row (sbs 576) scales.
+SparsePrefillParams fp8_math(int sbs, int heads = 128) {
+  SparsePrefillParams p;
+  p.kv_dtype = DType::fp8_e4m3;
+  p.scale_block_size = sbs;
+  p.num_q_heads = heads;
+  p.qk_math = QkMath::fp8;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("sparse_prefill qk_math fp8 codegen: the Hopper FP8-math kernel only, never the portable body") {
+  for (int sbs : {0, 576}) {
+    for (int heads : {16, 48, 64, 80, 128}) {
+      for (int b_topk : {64, 128}) {
+        SparsePrefillParams p = fp8_math(sbs, heads);
+        p.b_topk = b_topk;
+        p.attn_sink = heads == 80;
+        p.emit_lse = heads != 48;
+        const KernelSpec spec{p};
+        CAPTURE(spec.name());
+        const KernelSource a = generate(spec);
+        CHECK(generate(spec).code == a.code);
+        CHECK(a.min_arch == "sm_90a");
+        CHECK(a.min_arch_why.find("qk_math fp8") != std::string::npos);
+        CHECK(a.code.find("#include \"sparse_prefill/sm90.cuh\"") != std::string::npos);
+        CHECK(a.code.find("sparse_prefill/sm80.cuh") == std::string::npos);
+        CHECK(a.code.find("sparse_prefill_sm80::") == std::string::npos);
+        CHECK(a.code.find(fmt::format("/*page_size*/ {}, /*num_stages*/ 2,\n    /*fp8_math*/ true>", p.page_size)) !=
+              std::string::npos);
+        CHECK(a.code.find(fmt::format("/*scale_block*/ {}, /*attn_sink*/ {}, /*emit_lse*/ {}", sbs,
+                                      p.attn_sink ? "true" : "false", p.emit_lse ? "true" : "false")) != std::string::npos);
+        CHECK(a.code.find("kSmemBytes == 189520") != std::string::npos);
+        const auto plan = sparse_prefill::sm90_plan(p);
+        CHECK(plan.smem_bytes == 189520);
+        CHECK(plan.threads == 384);
+        CHECK(plan.head_tiles == (heads + 63) / 64);
+        CHECK(a.code.find(fmt::format("kCtasPerToken == {}", plan.head_tiles)) != std::string::npos);
+        // Both entries, in the usual order: the portable one is a trapping guard.
+        REQUIRE(a.entries.size() == 2);
+        CHECK(a.entries[sparse_prefill::kEntrySm80].symbol == sparse_prefill::kSymbolSm80);
+        CHECK(a.entries[sparse_prefill::kEntrySm80].smem_bytes == 0u);
+        CHECK(a.entries[sparse_prefill::kEntrySm90].symbol == sparse_prefill::kSymbolSm90);
+        CHECK(a.entries[sparse_prefill::kEntrySm90].threads == 384u);
+        CHECK(a.entries[sparse_prefill::kEntrySm90].smem_bytes == 189520u);
+        CHECK(a.code.find("__trap()") != std::string::npos);
+        // The forced Hopper source is the same code (one cache entry); sm80 is refused.
+        const KernelSource s90 = generate_sparse_prefill_mode(spec, sparse_prefill::Path::sm90);
+        CHECK(s90.code == a.code);
+        CHECK(s90.min_arch == "sm_90a");
+        const std::string e = error_of([&] { generate_sparse_prefill_mode(spec, sparse_prefill::Path::sm80); });
+        CHECK_MESSAGE(e.find("sparse_prefill path sm80") != std::string::npos, e);
+        CHECK_MESSAGE(e.find("qk_math bf16 (qk_math fp8 runs on the Hopper kernel only") != std::string::npos, e);
+      }
+    }
+  }
+  // The same cache with 16-bit math keeps its portable body and Config without the FP8-math flag.
+  SparsePrefillParams bf16_math = fp8_math(576);
+  bf16_math.qk_math = QkMath::bf16;
+  const KernelSource b = generate(KernelSpec{bf16_math});
+  CHECK(b.code.find("/*fp8_math*/ false>") != std::string::npos);
+  CHECK(b.code.find("#include \"sparse_prefill/sm80.cuh\"") != std::string::npos);
+  CHECK(b.min_arch == "sm_80");
+  CHECK(b.min_arch_why.empty());
+  CHECK(sparse_prefill::sm90_plan(bf16_math).smem_bytes != 189520);
+  CHECK(KernelSpec{bf16_math}.name() != KernelSpec{fp8_math(576)}.name());
+}
+
+TEST_CASE("sparse_prefill qk_math fp8 path choice: sm_90a only, with errors naming qk_math fp8 and the arch") {
+  using sparse_prefill::Path;
+  for (int sbs : {0, 576}) {
+    const SparsePrefillParams p = fp8_math(sbs);
+    CHECK(sparse_prefill::sm90_supported(p));
+    CHECK(sparse_prefill::sm90_preferred(p));
+    CHECK_FALSE(sparse_prefill::sm80_supported(p));
+    CHECK(sparse_prefill::path_available(p, "sm_90a", Path::automatic));
+    CHECK(sparse_prefill::path_available(p, "sm_90a", Path::sm90));
+    CHECK_FALSE(sparse_prefill::path_available(p, "sm_90a", Path::sm80));
+    CHECK(sparse_prefill::resolve_path(p, "sm_90a", Path::automatic) == Path::sm90);
+    CHECK(sparse_prefill::resolve_path(p, "sm_90a", Path::sm90) == Path::sm90);
+    for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_100a", "sm_120a"}) {
+      CAPTURE(arch);
+      CHECK_FALSE(sparse_prefill::path_available(p, arch, Path::automatic));
+      CHECK_FALSE(sparse_prefill::path_available(p, arch, Path::sm90));
+      const std::string e = error_of([&] { sparse_prefill::resolve_path(p, arch, Path::automatic); });
+      CHECK_MESSAGE(e.find(fmt::format("sparse_prefill with qk_math fp8: device arch: got {}, expected sm_90a", arch)) == 0,
+                    e);
+    }
+    const std::string e80 = error_of([&] { sparse_prefill::resolve_path(p, "sm_90a", Path::sm80); });
+    CHECK_MESSAGE(e80.find("sparse_prefill path sm80: params.qk_math: got fp8, expected bf16") == 0, e80);
+  }
+  // 16-bit math on the same caches is unchanged: the portable kernel stays available everywhere.
+  SparsePrefillParams bf16_math = fp8_math(576);
+  bf16_math.qk_math = QkMath::bf16;
+  CHECK(sparse_prefill::sm80_supported(bf16_math));
+  CHECK(sparse_prefill::resolve_path(bf16_math, "sm_80", Path::automatic) == Path::sm80);
+  CHECK(sparse_prefill::resolve_path(bf16_math, "sm_90a", Path::automatic) == Path::sm90);
+}
+
+TEST_CASE("sparse_prefill qk_math fp8: a negative softmax scale is refused before any GPU work") {
+  // Its only kernel needs scale >= 0 (bf16 math would fall back to the portable kernel).
+  const SparsePrefillParams p = fp8_math(576, 64);
+  const int64_t T = 2, NB = 2, L = 2, P = 64, S = 64;
+  alignas(16) static unsigned char fake[64];  // never dereferenced: validation fails first
+  void* ptr = fake;
+  ops::PagedCacheView kv;
+  kv.blocks = TensorView(ptr, DType::fp8_e4m3, {NB, 1, L, P, 1, 576});
+  kv.scales = TensorView(ptr, DType::f32, {NB, 1, L, P, 1, 1});
+  const TensorView q(ptr, DType::bf16, {T, 64, 576}), idx(ptr, DType::u32, {T, S}), len(ptr, DType::u32, {T});
+  const TensorView out(ptr, DType::bf16, {T, 64, 512}), lse(ptr, DType::f32, {T, 64});
+  CHECK_NOTHROW(sparse_prefill::make_args(p, q, kv, idx, len, 1, 0.f, TensorView(), out, lse));
+  const std::string e = error_of([&] { sparse_prefill::make_args(p, q, kv, idx, len, 1, -0.05f, TensorView(), out, lse); });
+  CHECK_MESSAGE(e.find("softmax_scale: got -0.05, expected >= 0 with qk_math fp8") == 0, e);
+  SparsePrefillParams bf16_math = p;
+  bf16_math.qk_math = QkMath::bf16;
+  CHECK_NOTHROW(sparse_prefill::make_args(bf16_math, q, kv, idx, len, 1, -0.05f, TensorView(), out, lse));
+}

@@ -88,6 +88,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   p.scale_block_size = a.scale_block_size;
   p.attn_sink = a.attn_sink;
   p.emit_lse = a.emit_lse;
+  p.qk_math = a.qk_math;
   p.validate();
   const sparse_prefill::Path requested = sparse_prefill::parse_path(a.path, "path");
   const bool with_anchor = !a.anchor.empty();
@@ -228,8 +229,9 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   j["tflops_best"] = flops / (best * 1e-3) / 1e12;
   if (with_anchor) {
     const double am = timings[1].median_ms;
-    // Same inputs, same math: the outputs agree to bf16 rounding (fp8 caches: the anchor reads the
-    // bf16-dequantised rows, mlajit the fp8 ones with their scales).
+    // Same inputs: with 16-bit math the outputs agree to bf16 rounding (fp8 caches: the anchor
+    // reads the bf16-dequantised rows, mlajit the fp8 ones with their scales); with qk_math fp8 the
+    // difference is the FP8-math error (e4m3 Q and P) on top.
     const size_t n_out = static_cast<size_t>(T * H * 512), n_lse = static_cast<size_t>(T * H);
     std::vector<uint16_t> o1(n_out), o2(n_out);
     out.download(o1.data(), n_out * 2);

@@ -2,7 +2,7 @@
 // `mlajit bench sparse_prefill`: times sparse_prefill (SPEC §3) on the current GPU. s_q query
 // tokens attend to `topk` distinct random keys each out of s_kv tokens of one sequence whose pages
 // are shuffled through a lookup table, in a 2-layer paged latent cache (layer 1 read), bf16 or fp8
-// (random positive scales per scale block).
+// (random positive scales per scale block), with 16-bit or (qk_math fp8, Hopper only) FP8 math.
 #include <cstdint>
 #include <string>
 
@@ -21,6 +21,7 @@ struct SparsePrefillBenchArgs {
   int b_topk = 64;
   int page_size = 64;
   int scale_block_size = 0;  // fp8 only (0 = unit scales)
+  QkMath qk_math = QkMath::bf16;  // fp8: the FP8-math kernel (fp8 cache, scale_block_size 0 | 576, sm_90a)
   bool attn_sink = false;
   bool emit_lse = true;
   int reps = 20;
@@ -39,8 +40,9 @@ struct SparsePrefillBenchArgs {
 // attn_sink f32 [h_q], out bf16 [s_q, h_q, 512], max_logits / lse f32 [s_q, h_q]; lse natural log
 // without the sink, out = sum p v / (sum p + exp(sink)) -- the op's semantics (SPEC §3). Needs
 // heads % 64 == 0 and topk % 128 == 0. The anchor gets the same q, the same key rows (an fp8 cache
-// dequantised to bf16) and the same keys per query as mlajit; both are timed in alternating reps,
-// each after an L2 flush.
+// dequantised to bf16, also with qk_math fp8: the anchor stays the 16-bit kernel it is compared
+// against) and the same keys per query as mlajit; both are timed in alternating reps, each after
+// an L2 flush.
 
 // CUDA-event timings after 3 warm-up launches over `reps` launches:
 //   {"op", "params", "path", "arch", "device", "s_q", "num_heads", "topk", "s_kv", "reps",

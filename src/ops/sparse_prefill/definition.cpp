@@ -33,6 +33,16 @@ void SparsePrefillParams::validate() const {
     MLAJIT_EXPECT(scale_block_size == 0, "params.scale_block_size", scale_block_size, "0 for kv_dtype bf16");
   }
   MLAJIT_EXPECT(output_dtype == DType::bf16, "params.output_dtype", dtype_name(output_dtype), "bf16");
+  if (qk_math == QkMath::fp8) {
+    // The FP8-math kernel feeds the cache's e4m3 bytes straight to the FP8 tensor cores, so the
+    // cache must be fp8, and a scale may only multiply a whole row (folded into the scores and P);
+    // group scales would have to be applied inside the tile, i.e. 16-bit math again.
+    MLAJIT_EXPECT(kv_dtype == DType::fp8_e4m3, "params.kv_dtype", dtype_name(kv_dtype),
+                  "fp8_e4m3 with qk_math fp8 (FP8 math reads an fp8 cache; a bf16 cache takes qk_math bf16)");
+    MLAJIT_EXPECT(scale_block_size == 0 || scale_block_size == qk_depth, "params.scale_block_size", scale_block_size,
+                  "0 (unit scales) or 576 (one scale per row) with qk_math fp8 (group scales are not supported "
+                  "in FP8 math: use qk_math bf16 for them)");
+  }
   // Only the Hopper kernel has a pipeline depth (its K ring is two 64-key stages); the portable
   // kernel's pipeline is fixed. Any other depth used to mean "skip the Hopper kernel" silently: the
   // path is chosen by the arch (and by the bench's / tests' explicit path), never by a knob.
@@ -66,6 +76,8 @@ const OpDefinition& sparse_prefill_definition() {
         if (p.kv_dtype == DType::fp8_e4m3) s += fmt::format("_sb{}", p.scale_block_size);
         if (p.attn_sink) s += "_sink";
         if (!p.emit_lse) s += "_nolse";
+        // Only the opt-in mode is marked, so the default specs keep the names they always had.
+        if (p.qk_math == QkMath::fp8) s += "_fp8math";
         return s;
       },
       generate_sparse_prefill,

@@ -10,6 +10,9 @@
 //     spec (plan.hpp: sm90_supported && sm90_preferred), else the portable body.
 //   Mode sm80 / sm90: that body whatever the target (the op's forced paths and its fallbacks on
 //     sm_90a, e.g. a negative softmax scale); sm90 needs an sm_90a target (min_arch).
+// qk_math fp8 (FP8 tensor-core math) exists only as the Hopper kernel: its source, automatic or
+// sm90, holds the FP8-math Config and a guard in place of the portable entry, never the sm80 body,
+// and needs an sm_90a target (min_arch, with min_arch_why naming qk_math fp8); mode sm80 is refused.
 // Launch geometry comes from ops/sparse_prefill/plan.hpp, shared with the op.
 #include <string>
 #include <variant>
@@ -48,7 +51,8 @@ std::string sm90_part(const SparsePrefillParams& p, const sparse_prefill::Sm90Pl
       "// Hopper path: {} CTA(s) of {} threads per token, {} B shared memory.\n"
       "#include \"sparse_prefill/sm90.cuh\"\n"
       "using SparsePrefillSm90 = mj::sparse_prefill_sm90::Config</*num_heads*/ {}, /*b_topk*/ {}, /*kv_fp8*/ {},\n"
-      "    /*scale_block*/ {}, /*attn_sink*/ {}, /*emit_lse*/ {}, /*page_size*/ {}, /*num_stages*/ {}>;\n"
+      "    /*scale_block*/ {}, /*attn_sink*/ {}, /*emit_lse*/ {}, /*page_size*/ {}, /*num_stages*/ {},\n"
+      "    /*fp8_math*/ {}>;\n"
       "static_assert(SparsePrefillSm90::kSmemBytes == {} && SparsePrefillSm90::kThreads == {} &&\n"
       "              SparsePrefillSm90::kCtasPerToken == {}, \"host plan and device layout disagree\");\n"
       "extern \"C\" __global__ void __launch_bounds__({}, 1) {}(const __grid_constant__ SparsePrefillArgs args) {{\n"
@@ -56,7 +60,8 @@ std::string sm90_part(const SparsePrefillParams& p, const sparse_prefill::Sm90Pl
       "}}\n",
       plan.head_tiles, plan.threads, plan.smem_bytes, p.num_q_heads, p.b_topk, cpp_bool(fp8),
       fp8 ? p.scale_block_size : 0, cpp_bool(p.attn_sink), cpp_bool(p.emit_lse), p.page_size, plan.num_stages,
-      plan.smem_bytes, plan.threads, plan.head_tiles, plan.threads, sparse_prefill::kSymbolSm90);
+      cpp_bool(p.qk_math == QkMath::fp8), plan.smem_bytes, plan.threads, plan.head_tiles, plan.threads,
+      sparse_prefill::kSymbolSm90);
 }
 
 // The entry whose body this module does not compile: it exists so that every module has both
@@ -69,6 +74,39 @@ std::string guard_entry(const char* symbol, int threads, bool grid_constant) {
       threads, symbol, grid_constant ? "__grid_constant__ " : "");
 }
 
+// qk_math fp8: the Hopper FP8-math kernel alone (automatic and sm90 give the same code, hence one
+// cache entry). Entry 0 stays a guard so that the entry indices do not depend on the spec.
+KernelSource fp8_math_source(const KernelSpec& spec, const SparsePrefillParams& p, sparse_prefill::Path mode) {
+  KernelSource src;
+  src.spec = spec;
+  src.name = spec.name();
+  if (mode != sparse_prefill::Path::automatic) src.name += std::string("_") + sparse_prefill::path_name(mode);
+  src.min_arch = "sm_90a";
+  src.min_arch_why = "qk_math fp8: FP8 tensor-core math runs on the Hopper kernel only; no portable kernel has it";
+  const auto plan = sparse_prefill::sm90_plan(p);
+  std::string code = source_header(spec);
+  code += fmt::format(
+      "// sparse_prefill: q bf16 [T, {}, 576] quantized per token and head to e4m3, latent cache fp8_e4m3 (page "
+      "{}, scale block {}), attention on FP8 tensor cores (qk_math fp8), out bf16 [T, {}, 512]{}{}\n"
+      "// Kernel compiled in this module: the Hopper FP8-math one (qk_math fp8 has no portable kernel).\n",
+      p.num_q_heads, p.page_size, p.scale_block_size, p.num_q_heads, p.emit_lse ? ", lse f32 [T, H]" : "",
+      p.attn_sink ? ", attention sink" : "");
+  // The host never builds this source for another target (min_arch); this keeps an offline
+  // compile of a dump (`mlajit gen --expand` | nvcc) from producing a module that cannot run.
+  code += "#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
+          "#error \"qk_math fp8: the FP8-math sparse_prefill kernel needs sm_90a\"\n"
+          "#endif\n";
+  code += sm90_part(p, plan);
+  code += guard_entry(sparse_prefill::kSymbolSm80, plan.threads, false);
+  // The guard is never launched (the op refuses the sm80 path for qk_math fp8): it gets the Hopper
+  // entry's block size and no dynamic shared memory.
+  src.entries.push_back({sparse_prefill::kSymbolSm80, static_cast<unsigned>(plan.threads), 0u});
+  src.entries.push_back(
+      {sparse_prefill::kSymbolSm90, static_cast<unsigned>(plan.threads), static_cast<unsigned>(plan.smem_bytes)});
+  src.code = std::move(code);
+  return src;
+}
+
 }  // namespace
 
 KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill::Path mode) {
@@ -79,6 +117,12 @@ KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill
   const bool covered = sparse_prefill::sm90_supported(p);
   if (mode == sparse_prefill::Path::sm90 && !covered)
     throw_invalid("sparse_prefill path sm90: params", spec.name(), "a spec the sm90 kernel covers (num_stages 0 or 2)");
+  if (!sparse_prefill::sm80_supported(p)) {
+    if (mode == sparse_prefill::Path::sm80)
+      throw_invalid("sparse_prefill path sm80: params", spec.name(),
+                    "qk_math bf16 (qk_math fp8 runs on the Hopper kernel only; the portable kernel has no FP8 math)");
+    return fp8_math_source(spec, p, mode);
+  }
 
   KernelSource src;
   src.spec = spec;

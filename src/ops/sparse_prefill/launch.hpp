@@ -28,10 +28,13 @@ SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, c
                             float softmax_scale, const TensorView& attn_sink, const TensorView& out,
                             const TensorView& lse);
 
-// Whether entry `path` (sm80 | sm90) exists for p and runs on a device of target `arch`.
+// Whether entry `path` (sm80 | sm90) exists for p and runs on a device of target `arch`; automatic:
+// whether any kernel does (false only for qk_math fp8, which has the Hopper kernel alone, off sm_90a).
 bool path_available(const SparsePrefillParams& p, const std::string& arch, Path path);
 // The path that runs for `requested` on a device of target `arch` (e.g. "sm_90a"); automatic:
 // sm90 where available and preferred (ops/sparse_prefill/plan.hpp: sm90_preferred), else sm80.
+// qk_math fp8 resolves to sm90 on sm_90a and is an Error (naming qk_math fp8 and the arch) for
+// the sm80 path and for any other arch.
 Path resolve_path(const SparsePrefillParams& p, const std::string& arch, Path requested);
 
 // The module that holds the compiled kernel of `path` (sm80 | sm90, resolved) for `p` on the current

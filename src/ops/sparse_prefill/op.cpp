@@ -1,8 +1,8 @@
 // Host entry point of sparse_prefill (SPEC §3): validates the params and every tensor view BEFORE
 // touching the runtime (bad arguments fail the same way with or without a GPU), builds the kernel
 // argument struct (templates/sparse_prefill/args.h), picks the entry (Hopper wgmma kernel on
-// sm_90a where it covers the spec, else the portable mma.sync kernel) and launches it with the
-// geometry of ops/sparse_prefill/plan.hpp.
+// sm_90a where it covers the spec, else the portable mma.sync kernel; qk_math fp8: the Hopper
+// kernel or an error) and launches it with the geometry of ops/sparse_prefill/plan.hpp.
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -95,6 +95,11 @@ SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, c
   MLAJIT_EXPECT(layer_idx >= 0 && layer_idx < num_layers, "layer_idx", layer_idx,
                 fmt::format("an integer in [0, num_layers={})", num_layers));
   MLAJIT_EXPECT(std::isfinite(softmax_scale), "softmax_scale", softmax_scale, "a finite number");
+  // The Hopper kernel takes its running max from a finite floor over scaled scores, which needs a
+  // scale >= 0; bf16 math falls back to the portable kernel for a negative one, FP8 math has none.
+  MLAJIT_EXPECT(p.qk_math != QkMath::fp8 || softmax_scale >= 0.f, "softmax_scale", softmax_scale,
+                ">= 0 with qk_math fp8 (its only kernel, the Hopper one, needs a non-negative scale; qk_math bf16 "
+                "takes any)");
 
   // indices u32 [T, stride], stride a positive multiple of b_topk.
   expect_dtype(indices, DType::u32, "indices");
@@ -149,14 +154,24 @@ SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, c
 
 bool path_available(const SparsePrefillParams& p, const std::string& arch, Path path) {
   switch (path) {
-    case Path::automatic:
-    case Path::sm80: return true;
+    case Path::automatic: return sm80_supported(p) || path_available(p, arch, Path::sm90);
+    case Path::sm80: return sm80_supported(p);
     case Path::sm90: return arch == "sm_90a" && sm90_supported(p);
   }
   return false;
 }
 
 Path resolve_path(const SparsePrefillParams& p, const std::string& arch, Path requested) {
+  if (!sm80_supported(p)) {
+    // qk_math fp8 has one kernel, the Hopper one: anything else is refused here, before a compile
+    // or a cache lookup, naming what it needs.
+    if (requested == Path::sm80)
+      throw_invalid("sparse_prefill path sm80: params.qk_math", "fp8",
+                    "bf16 (the portable kernel has no FP8 math; qk_math fp8 runs on the Hopper kernel only)");
+    if (requested == Path::automatic && !path_available(p, arch, Path::sm90))
+      throw_invalid("sparse_prefill with qk_math fp8: device arch", arch,
+                    "sm_90a (FP8 tensor-core math runs on the Hopper kernel only; use qk_math bf16 on this device)");
+  }
   switch (requested) {
     case Path::automatic:
       return path_available(p, arch, Path::sm90) && sm90_preferred(p) ? Path::sm90 : Path::sm80;
@@ -244,7 +259,8 @@ void run(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCach
   Runtime& rt = Runtime::global();
   Path chosen = resolve_path(p, rt.arch(), path);
   // The wgmma kernel takes its running max over scaled scores starting from a finite floor, which
-  // needs scale >= 0; a negative scale (legal in SPEC §3) runs on the portable kernel.
+  // needs scale >= 0; a negative scale (legal in SPEC §3) runs on the portable kernel (qk_math fp8,
+  // which has none, refused it in make_args).
   if (chosen == Path::sm90 && softmax_scale < 0.f) {
     if (path == Path::sm90)
       throw_invalid("softmax_scale (sm90 path)", softmax_scale, ">= 0 on the sm90 kernel (the sm80 path takes any)");

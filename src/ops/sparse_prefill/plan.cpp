@@ -54,6 +54,8 @@ bool sm90_supported(const SparsePrefillParams& p) {
   return stages_ok && scales_ok;
 }
 
+bool sm80_supported(const SparsePrefillParams& p) { return p.qk_math != QkMath::fp8; }
+
 // Measured on an H200 (2026-11-21; s_q 4096, H 128, top-k 2048, s_kv 32K, b_topk 64; TFLOP/s):
 //   bf16:          sm90 450, sm80 241.
 //   fp8 sbs 0:     sm90 400, sm80 212.      fp8 sbs 576: sm90 370, sm80 209.
@@ -61,7 +63,8 @@ bool sm90_supported(const SparsePrefillParams& p) {
 //                  applying them, so its lse is off by up to ~5e-3 against the f64 reference
 //                  (the team's bar is 1e-4; sm80 applies them in f32: ~1e-6).
 // The Hopper kernel is therefore preferred everywhere except fp8 group scales (0 < sbs < 576),
-// which stay on the exact portable kernel until the Hopper kernel applies them in f32.
+// which stay on the exact portable kernel until the Hopper kernel applies them in f32. qk_math fp8
+// never has group scales (validate()), and the Hopper kernel is its only one.
 bool sm90_preferred(const SparsePrefillParams& p) {
   const bool group_scales = p.kv_dtype == DType::fp8_e4m3 && p.scale_block_size > 0 && p.scale_block_size < 576;
   return !group_scales;
@@ -76,8 +79,9 @@ Sm90Plan sm90_plan(const SparsePrefillParams& p) {
   plan.threads = 384;                           // two consumer warpgroups and a producer
   plan.num_stages = 2;
   // Config::kSmemBytes: bookkeeping (1872) + 1024 alignment slack + Q and two 64-key K stages
-  // (3 x 73728) + WG1's P tile (8192). The generated source static_asserts it.
-  plan.smem_bytes = 1872 + 1024 + 3 * 73728 + 8192;
+  // (3 x 73728) + WG1's P tile (8192). The FP8-math kernel (Config<..., FP8_MATH = true>) has a
+  // layout of its own, 189520 bytes. The generated source static_asserts both.
+  plan.smem_bytes = p.qk_math == QkMath::fp8 ? 189520 : 1872 + 1024 + 3 * 73728 + 8192;
   return plan;
 }
 

@@ -10,7 +10,7 @@
 namespace mlajit::sparse_prefill {
 
 // Entry indices in KernelSource::entries.
-constexpr int kEntrySm80 = 0;  // portable mma.sync path (always present)
+constexpr int kEntrySm80 = 0;  // portable mma.sync path (always present; a trapping guard for qk_math fp8)
 constexpr int kEntrySm90 = 1;  // Hopper wgmma path (present when sm90_supported(p))
 
 constexpr const char* kSymbolSm80 = "mlajit_sparse_prefill_sm80";
@@ -39,6 +39,9 @@ struct Sm90Plan {
   int num_stages = 0;
 };
 bool sm90_supported(const SparsePrefillParams& p);
+// Whether the portable kernel computes p: every spec except qk_math fp8, whose FP8 tensor-core math
+// exists only in the Hopper kernel (FP8 wgmma is sm_90a-only).
+bool sm80_supported(const SparsePrefillParams& p);
 // Where both kernels can run (sm_90a and sm90_supported), whether the automatic path takes the
 // Hopper one. A measured policy: see the numbers next to the definition.
 bool sm90_preferred(const SparsePrefillParams& p);

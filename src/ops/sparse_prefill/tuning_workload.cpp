@@ -2,7 +2,7 @@
 // random from a shuffled paged latent cache with two layers (bf16, or fp8 with positive scales).
 // Outputs are floats whose rounding depends on the tiling, so candidates are accepted when the
 // relative Frobenius error to the default configuration's output is < 1e-2 (out, and lse when
-// emitted) and no value that the default computed as finite is NaN/inf.
+// emitted; qk_math fp8: < 8e-2, see below) and no value that the default computed as finite is NaN/inf.
 #include <algorithm>
 #include <cmath>
 
@@ -21,11 +21,15 @@ using driver::DeviceBuffer;
 constexpr int kLayers = 2;
 constexpr int kLayer = 1;
 constexpr double kMaxRelFrobenius = 1e-2;
+// qk_math fp8 rounds P to e4m3 against the running max, which depends on b_topk: two candidates
+// differ by up to the sum of their errors against the exact result, each held to the FP8-math
+// mode's documented bound (relative Frobenius 0.04, ref::kFp8Math* in src/reference/).
+constexpr double kMaxRelFrobeniusFp8Math = 8e-2;
 
 // Relative Frobenius error of `got` against `ref`; a non-finite value where ref is finite counts
 // as an infinite error. Entries where ref is not finite (lse of an empty row) must match exactly.
 template <typename Get>
-std::string rel_frobenius(size_t n, Get get, const char* what) {
+std::string rel_frobenius(size_t n, Get get, const char* what, double max_rel) {
   double num = 0, den = 0;
   for (size_t i = 0; i < n; ++i) {
     const auto [r, g] = get(i);
@@ -39,9 +43,9 @@ std::string rel_frobenius(size_t n, Get get, const char* what) {
     den += r * r;
   }
   const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  if (rel < kMaxRelFrobenius) return "";
+  if (rel < max_rel) return "";
   return fmt::format("{}: relative Frobenius error {:.3g} to the default configuration's output, expected < {}", what,
-                     rel, kMaxRelFrobenius);
+                     rel, max_rel);
 }
 
 class PrefillWorkload : public Workload {
@@ -131,7 +135,7 @@ class PrefillWorkload : public Workload {
           std::memcpy(&g, got.data() + 2 * i, 2);
           return std::pair<double, double>(data::bf16_to_float(r), data::bf16_to_float(g));
         },
-        "out");
+        "out", max_rel());
     if (!why.empty() || !lse_.get()) return why;
     const uint8_t* r0 = ref.data() + out_.size();
     const uint8_t* g0 = got.data() + out_.size();
@@ -143,8 +147,9 @@ class PrefillWorkload : public Workload {
           std::memcpy(&g, g0 + 4 * i, 4);
           return std::pair<double, double>(r, g);
         },
-        "lse");
+        "lse", max_rel());
   }
+  double max_rel() const { return p_.qk_math == QkMath::fp8 ? kMaxRelFrobeniusFp8Math : kMaxRelFrobenius; }
   double bytes_moved() const override {
     const int H = p_.num_q_heads;
     return static_cast<double>(tokens_) *
