@@ -300,8 +300,9 @@ CheckResult check_op(const SparsePrefillParams& p, uint64_t seed) {
     }
   const double rel = std::sqrt(num / std::max(den, 1e-300)), cos = dot / std::sqrt(std::max(na * den, 1e-300));
   // SPEC §3's bounds, or the FP8-math mode's own (sparse_prefill_ref.hpp).
+  const Fp8MathBounds f8b = fp8_math_bounds(pb.softmax_scale);
   const bool within = p.qk_math == QkMath::fp8
-                          ? rel <= kFp8MathMaxRelFrobenius && cos >= kFp8MathMinCosine && lse_err <= kFp8MathMaxLseAbsErr
+                          ? rel <= f8b.max_rel_frobenius && cos >= f8b.min_cosine && lse_err <= f8b.max_lse_abs_err
                           : rel < 1e-2 && cos > 0.9999 && lse_err < 1e-4;
   r.passed = nans == 0 && within;
   r.metric = fmt::format("rel_frob {:.2e} cos {:.6f} lse_err {:.1e} nan {}", rel, cos, lse_err, nans);

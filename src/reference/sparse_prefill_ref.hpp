@@ -13,14 +13,23 @@ namespace mlajit::ref {
 // ---- accuracy bounds against this reference ------------------------------------------------------
 // 16-bit math (qk_math bf16) is held to SPEC §3: relative Frobenius error < 1e-2, cosine > 0.9999,
 // |lse - ref| < 1e-4. The FP8-math mode (qk_math fp8) has bounds of its own, used by the GPU tests
-// (tests/gpu/test_sparse_prefill.cpp) and `mlajit check`:
-// set from the first GPU measurement (see docs/notes/sparse_prefill_sm90.md). Until then they come
-// from the numerics: Q quantized per token and head to e4m3 (scale amax / 448), K e4m3, P rounded
-// to e4m3 after scaling by 256, f32 accumulation, i.e. relative Frobenius ~1-3%, cosine >= 0.999,
-// lse max abs error ~0.02-0.05.
-constexpr double kFp8MathMaxRelFrobenius = 0.04;
-constexpr double kFp8MathMinCosine = 0.999;
-constexpr double kFp8MathMaxLseAbsErr = 0.06;
+// (tests/gpu/test_sparse_prefill.cpp) and `mlajit check`. Its error comes from rounding q (per
+// token and head, scale amax / 448) and P (256 P) to e4m3: about 3% of each score's and each
+// probability's value, so the lse error grows with the spread of the logits, i.e. with the
+// softmax scale for given q and k. Measured on an H100 (docs/notes/sparse_prefill_sm90.md, 23) on
+// the random test data (normal q and k, scale amax / 448): at softmax scale 1/sqrt(576) relative
+// Frobenius 0.017-0.033, cosine >= 0.99946, lse max error 0.008-0.058; at 0.2 (logits 4.8x wider)
+// 0.055, 0.9985, 0.38. The bounds below leave ~30% above the worst measured value of each tier.
+struct Fp8MathBounds {
+  double max_rel_frobenius;
+  double min_cosine;
+  double max_lse_abs_err;
+};
+inline Fp8MathBounds fp8_math_bounds(double softmax_scale) {
+  if (softmax_scale <= 0.05) return {0.045, 0.999, 0.08};
+  // Sharper softmax: the lse error scales with the logits (0.38 measured at 0.2).
+  return {0.08, 0.997, 2.5 * softmax_scale};
+}
 
 // ---- element codecs (host) ------------------------------------------------------------------------
 float bf16_to_float(uint16_t b);

@@ -13,7 +13,7 @@
 //               (= num_tokens * NUM_HEADS / Cfg::kHeadsPerCta; token-major: the CTAs of one token
 //                are adjacent so they read its gathered rows from L2 together)
 //         block = (Cfg::kThreads = 384, 1, 1)
-//         dynamic shared memory = Cfg::kSmemBytes (232256 bytes, FP8_MATH 189520: needs the opt-in
+//         dynamic shared memory = Cfg::kSmemBytes (232272 bytes, FP8_MATH 189520: needs the opt-in
 //         CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES; the sm_90 limit is 232448).
 //         The `__launch_bounds__(kThreads, 1)` (with the 1) is required: setmaxnreg needs an entry
 //         register cap.

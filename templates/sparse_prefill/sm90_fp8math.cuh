@@ -25,9 +25,11 @@
 //   - A K stage half is released once its Q K^T and its transposition are done (not after P V), and
 //     the per-key arrays are double-buffered by step parity so the producer may run ahead.
 // Schedule: the 16-bit kernel's (WG0 even blocks, WG1 odd blocks, running max exchanged, each
-// warpgroup P V over both blocks for its 256 output dims), except that with the MMAs twice as fast
-// the hand-offs weigh more: each warpgroup publishes its max as soon as it has it (before
-// exponentiating), and WG1 issues its next Q K^T behind its last P V of a step, as WG0 does.
+// warpgroup P V over both blocks for its 256 output dims), except that WG1 issues its next Q K^T
+// behind its last P V of a step, as WG0 does (+3-4% measured). Publishing each max before
+// exponentiating (instead of after packing P) measured 2-4% slower, here and in the 16-bit kernel.
+// Accumulation: Hopper's e4m3 wgmma keeps fewer than f32's bits in long accumulation chains (K 576
+// here, no promotion to CUDA-core f32 as DeepGEMM does every 128), part of the mode's lse error.
 // Shared memory (189520 bytes): misc | Q e4m3 (36 KB) | K stage 0 / 1 (36 KB each) | V^T WG0 / WG1
 // (32 KB each: slot b holds 256 dims x 64 keys of stage b) | P0 | P1 (4 KB each). The epilogue stages
 // the bf16 output in the V^T region (64 KB).
@@ -399,20 +401,19 @@ MJ_DEVICE void consume_wg0_f8(const SparsePrefillArgs& a, const SmemF8& s, const
     float mx0, mx1;
     scale_mask_scores_f8<C>(p, s, parity, 0, ln, rm0, rm1, mx0, mx1);
     const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-    // WG1's softmax waits for this max: published before WG0's own exponentiation.
-    if (ln.tig == 0) {
-      s.max[ln.r0] = n0;
-      s.max[ln.r1] = n1;
-    }
-    sm90::named_bar_arrive(kBarWg0Max, 256);
     const float alpha0 = ex2(m0 - n0), alpha1 = ex2(m1 - n1);
     scale_rows(o, alpha0, alpha1);
     l0 *= alpha0;
     l1 *= alpha1;
     exponentiate_f8<C>(p, s, parity, 0, ln, n0, n1, l0, l1);
     pack_p_e4m3(p, pk, kPScale, kPScale);
+    if (ln.tig == 0) {
+      s.max[ln.r0] = n0;
+      s.max[ln.r1] = n1;
+    }
     m0 = n0;
     m1 = n1;
+    sm90::named_bar_arrive(kBarWg0Max, 256);
 
     sm90::named_bar_sync(kBarVt0, 128);  // every WG0 warp's V^T of stage 0 written (and fenced)
     sm90::wgmma_fence();
@@ -503,18 +504,18 @@ MJ_DEVICE void consume_wg1_f8(const SparsePrefillArgs& a, const SmemF8& s, const
     scale_mask_scores_f8<C>(p, s, parity, 1, ln, rm0, rm1, mx0, mx1);
     sm90::named_bar_sync(kBarWg0Max, 256);  // WG0's max; also orders every WG1 warp's V^T of stage 1
     const float n0 = fmaxf(s.max[ln.r0], mx0), n1 = fmaxf(s.max[ln.r1], mx1);
-    __syncwarp();  // the quad's reads of s.max above before lane tig 0 overwrites it (see consume_wg1)
-    if (ln.tig == 0) {  // WG0 waits for this max to rescale its P: published before exponentiating
-      s.max[ln.r0] = n0;
-      s.max[ln.r1] = n1;
-      sm90::mbar_arrive(s.max1_ready);
-    }
     const float alpha0 = ex2(m0 - n0), alpha1 = ex2(m1 - n1);
     scale_rows(o, alpha0, alpha1);
     l0 *= alpha0;
     l1 *= alpha1;
     exponentiate_f8<C>(p, s, parity, 1, ln, n0, n1, l0, l1);
     pack_p_e4m3(p, pk, kPScale, kPScale);
+    __syncwarp();  // the quad's reads of s.max above before lane tig 0 overwrites it (see consume_wg1)
+    if (ln.tig == 0) {
+      s.max[ln.r0] = n0;
+      s.max[ln.r1] = n1;
+      sm90::mbar_arrive(s.max1_ready);
+    }
     m0 = n0;
     m1 = n1;
 

@@ -10,9 +10,9 @@
 // slot exactly 0.
 //
 // The FP8-math mode (qk_math fp8: e4m3 Q, K and P on FP8 tensor cores, Hopper only) runs the same
-// data and checks with bounds of its own: ref::kFp8MathMaxRelFrobenius (relative Frobenius),
-// ref::kFp8MathMinCosine and ref::kFp8MathMaxLseAbsErr in src/reference/sparse_prefill_ref.hpp,
-// set from the first GPU measurement (see docs/notes/sparse_prefill_sm90.md); they are shared with
+// data and checks with bounds of its own: ref::fp8_math_bounds (relative Frobenius, cosine and lse,
+// by softmax scale) in src/reference/sparse_prefill_ref.hpp, set from the first GPU measurement
+// (docs/notes/sparse_prefill_sm90.md, 23); they are shared with
 // `mlajit check`. Every FP8-math case prints its measured values next to the bounds.
 #include <doctest/doctest.h>
 
@@ -147,7 +147,8 @@ constexpr double kSm90GroupScaleLseTol = 1e-2;
 void check_outputs(const Case& c, const ref::SparsePrefillProblem& pb, const ref::SparsePrefillResult& r,
                    const Outputs& o, Path path) {
   const bool fp8_math = pb.p.qk_math == QkMath::fp8;
-  const double lse_tol = fp8_math ? ref::kFp8MathMaxLseAbsErr
+  const ref::Fp8MathBounds f8b = ref::fp8_math_bounds(pb.softmax_scale);
+  const double lse_tol = fp8_math ? f8b.max_lse_abs_err
                          : path == Path::sm90 && !sparse_prefill::sm90_preferred(pb.p) ? kSm90GroupScaleLseTol
                                                                                          : c.lse_tol;
   const std::string where =
@@ -195,10 +196,10 @@ void check_outputs(const Case& c, const ref::SparsePrefillProblem& pb, const ref
   CHECK(nan_out == 0);
   CHECK(nonzero_empty == 0);
   if (fp8_math) {
-    MESSAGE("  FP8-math bounds: rel_frobenius <= ", ref::kFp8MathMaxRelFrobenius, ", cosine >= ", ref::kFp8MathMinCosine,
-            ", lse max err <= ", ref::kFp8MathMaxLseAbsErr);
-    CHECK(rel <= ref::kFp8MathMaxRelFrobenius);
-    CHECK(cosine >= ref::kFp8MathMinCosine);
+    MESSAGE("  FP8-math bounds (softmax scale ", pb.softmax_scale, "): rel_frobenius <= ", f8b.max_rel_frobenius,
+            ", cosine >= ", f8b.min_cosine, ", lse max err <= ", f8b.max_lse_abs_err);
+    CHECK(rel <= f8b.max_rel_frobenius);
+    CHECK(cosine >= f8b.min_cosine);
   } else {
     CHECK(rel < 1e-2);
     CHECK(cosine > 0.9999);

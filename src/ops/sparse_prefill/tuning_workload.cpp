@@ -23,7 +23,7 @@ constexpr int kLayer = 1;
 constexpr double kMaxRelFrobenius = 1e-2;
 // qk_math fp8 rounds P to e4m3 against the running max, which depends on b_topk: two candidates
 // differ by up to the sum of their errors against the exact result, each held to the FP8-math
-// mode's documented bound (relative Frobenius 0.04, ref::kFp8Math* in src/reference/).
+// mode's documented bound (relative Frobenius 0.045 at 1/sqrt(576), ref::fp8_math_bounds in src/reference/).
 constexpr double kMaxRelFrobeniusFp8Math = 8e-2;
 
 // Relative Frobenius error of `got` against `ref`; a non-finite value where ref is finite counts
