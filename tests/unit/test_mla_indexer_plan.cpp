@@ -72,10 +72,12 @@ TEST_SUITE("mla_indexer plan") {
     CHECK(indexer::layout(p).sm90_blocks);
   }
 
-  TEST_CASE("block_kv 0 picks v10 at pages 8, 16 and >= 64 (K by TMA, GPU-tested), v8 at 2, 4 and 32; block_kv 256 builds v10 at any page >= 2") {
+  TEST_CASE("block_kv 0 picks v10 at pages >= 8 (K by TMA, GPU-tested), v8 at 1, 2 and 4; block_kv 256 builds v10 at any page >= 2") {
     MlaIndexerParams p;
     p.num_heads = 64;
-    for (int page : {2, 4, 32}) {
+    p.page_size = 1;
+    CHECK_FALSE(indexer::layout(p).sm90_blocks);
+    for (int page : {2, 4}) {
       p.page_size = page;
       p.block_kv = 0;
       CHECK_FALSE(indexer::layout(p).sm90_blocks);
@@ -83,7 +85,7 @@ TEST_SUITE("mla_indexer plan") {
       p.block_kv = 256;
       CHECK(indexer::layout(p).sm90_blocks);
     }
-    for (int page : {8, 16, 64, 128, 256, 4096}) {
+    for (int page : {8, 16, 32, 64, 128, 256, 4096}) {
       p.page_size = page;
       p.block_kv = 0;
       CHECK(indexer::layout(p).sm90_blocks);

@@ -36,8 +36,8 @@ const OpDefinition& mla_indexer_definition() {
   static const OpDefinition d{
       Op::mla_indexer,
       // block_kv picks the sm90 scorer (plan.hpp): 256 = v10 (256-key blocks, block_q = 128 / H),
-      // 64 = v8 (64-key tiles, block_q = 4 * 128 / H), 0 = the heuristic (v10 at pages 8, 16 and
-      // >= 64, v8 at the others); block_q follows from it. Both stay knobs so that a record or a config can pin them,
+      // 64 = v8 (64-key tiles, block_q = 4 * 128 / H), 0 = the heuristic (v10 at pages >= 8,
+      // v8 at 1, 2 and 4); block_q follows from it. Both stay knobs so that a record or a config can pin them,
       // but no sweep tries other values (the heuristic's pick was the faster one at every measured
       // page size). The ring depth is the knob the tuner sweeps, over the
       // depths both scorers build (v10's ring holds at most 5 blocks next to its two Q buffers).

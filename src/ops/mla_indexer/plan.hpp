@@ -17,8 +17,8 @@ namespace mlajit::indexer {
 struct Layout {
   int page_shift = 0;
   int stages = 0;             // sm90 ring depth (64-key tiles in v8, 256-key blocks in v10)
-  // sm90 scorer variant, picked by params.block_kv: v10 (256, or 0 = the heuristic at pages 8, 16 and
-  // >= 64; templates/mla_indexer/scores_sm90_blk.cuh) or v8 (64, or 0 at the other pages;
+  // sm90 scorer variant, picked by params.block_kv: v10 (256, or 0 = the heuristic at pages >= 8;
+  // templates/mla_indexer/scores_sm90_blk.cuh) or v8 (64, or 0 at the other pages;
   // scores_sm90.cuh). With K by TMA v10 (persistent) measured 1.4-2x faster than v8 at H 64 and 128
   // (docs/notes/mla_indexer_kv.md, "Scores v10" / "v11").
   bool sm90_blocks = false;   // v10
@@ -48,13 +48,12 @@ inline Layout layout(const MlaIndexerParams& p) {
   while ((1 << l.page_shift) < p.page_size) ++l.page_shift;
   // v10 does not build page size 1 (64 pages per 64-key quarter: its producer lanes hold one table
   // entry each); block_kv 0 and 256 run v8 there. The heuristic (block_kv 0) picks v10 where its K
-  // comes by TMA and that path was tested on the GPU: pages 8, 16 and >= 64 (H64, s_kv 32K scores:
-  // page 8 2.47 vs v8's 3.77 ms, page 16 1.92 vs 3.79, page 64 1.73 vs 2.51). Pages 2 and 4 keep
-  // v10's cp.async producer (per-row table lookups for 4x v8's K bytes per MMA: 1.3x slower than v8
-  // at pages 16 / 32 before v11 took them), so v8 runs there; page 32 runs v11 at 1.78 vs 3.51 ms
-  // but its GPU test did not complete in session 18, so v8 stays its default until it has
+  // comes by TMA (GPU-tested at every one of these page sizes): pages >= 8 (H64, s_kv 32K scores:
+  // page 8 2.47 vs v8's 3.77 ms, page 16 1.92 vs 3.79, page 32 1.78 vs 3.51, page 64 1.73 vs 2.51).
+  // Pages 2 and 4 keep v10's cp.async producer (per-row table lookups for 4x v8's K bytes per MMA:
+  // 1.3x slower than v8 at pages 16 / 32 before v11 took them), so v8 runs there
   // (docs/notes/mla_indexer_kv.md). block_kv 256 builds v10 at any page size >= 2.
-  const bool v10_by_default = p.page_size == 8 || p.page_size == 16 || p.page_size >= 64;
+  const bool v10_by_default = p.page_size >= 8;
   l.sm90_blocks = p.page_size >= 2 && (p.block_kv == 256 || (p.block_kv == 0 && v10_by_default));
   l.sm90_block_q = (l.sm90_blocks ? 1 : 4) * (128 / p.num_heads);
   l.sm90_tile_keys = l.sm90_blocks ? 256 : 64;
