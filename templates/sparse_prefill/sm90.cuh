@@ -875,6 +875,23 @@ struct Lane {
   int wg, w, gid, tig, r0, r1;
 };
 
+// This CTA's item: one token x one head tile, its top-k length (clamped to the stride) and the
+// number of 128-key steps (two 64-key blocks each).
+struct CtaWork {
+  i64 token;
+  int head0, topk_len, steps;
+};
+template <class C>
+MJ_DEVICE CtaWork cta_work(const SparsePrefillArgs& args) {
+  CtaWork w;
+  w.token = static_cast<i64>(blockIdx.x) / C::kCtasPerToken;
+  w.head0 = static_cast<int>(blockIdx.x % C::kCtasPerToken) * C::kHeadsPerCta;
+  const long long len = static_cast<long long>(__ldg(args.topk_lengths + w.token));
+  w.topk_len = static_cast<int>(len < args.indices_stride ? len : args.indices_stride);
+  w.steps = (w.topk_len + 2 * kBlockKeys - 1) / (2 * kBlockKeys);
+  return w;
+}
+
 // Waits until a stage half is full and makes it readable by wgmma. The producer's writes (cp.async
 // or st.shared) are generic-proxy writes, wgmma reads through the async proxy: the proxy fence sits
 // in the causality chain producer store -> mbarrier release -> this acquire -> fence -> wgmma. It is
@@ -1355,11 +1372,9 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
     r.colscale = reinterpret_cast<float*>(smem_raw + C::kOffColScale);
     return r;
   }();
-  const i64 token = static_cast<i64>(blockIdx.x) / C::kCtasPerToken;
-  const int head0 = static_cast<int>(blockIdx.x % C::kCtasPerToken) * C::kHeadsPerCta;
-  const long long len = static_cast<long long>(__ldg(args.topk_lengths + token));
-  const int topk_len = static_cast<int>(len < args.indices_stride ? len : args.indices_stride);
-  const int steps = (topk_len + 2 * kBlockKeys - 1) / (2 * kBlockKeys);
+  const CtaWork work = cta_work<C>(args);
+  const i64 token = work.token;
+  const int head0 = work.head0, topk_len = work.topk_len, steps = work.steps;
   const int wg = static_cast<int>(threadIdx.x) / 128;
 
   if (threadIdx.x == 0) {

@@ -556,11 +556,9 @@ MJ_DEVICE void run_fp8math(const SparsePrefillArgs& args) {
     r.qscale = reinterpret_cast<float*>(smem_raw + C::kOffQScale);
     return r;
   }();
-  const i64 token = static_cast<i64>(blockIdx.x) / C::kCtasPerToken;
-  const int head0 = static_cast<int>(blockIdx.x % C::kCtasPerToken) * C::kHeadsPerCta;
-  const long long len = static_cast<long long>(__ldg(args.topk_lengths + token));
-  const int topk_len = static_cast<int>(len < args.indices_stride ? len : args.indices_stride);
-  const int steps = (topk_len + 2 * kBlockKeys - 1) / (2 * kBlockKeys);
+  const CtaWork work = cta_work<C>(args);
+  const i64 token = work.token;
+  const int head0 = work.head0, topk_len = work.topk_len, steps = work.steps;
   const int wg = static_cast<int>(threadIdx.x) / 128;
 
   if (threadIdx.x == 0) {
