@@ -1,7 +1,7 @@
 #pragma once
 // Indexer scores on Hopper (sm_90a), v10 / v11: 256-key blocks split across the warpgroups
-// (`params.block_kv` 256, or 0 = the default at page sizes 8, 16 and >= 64; block_kv 64, page size
-// 1 and block_kv 0 at the other page sizes run v8, mla_indexer/scores_sm90.cuh).
+// (`params.block_kv` 256, or 0 = the default at page sizes >= 8; block_kv 64, page size 1 and
+// block_kv 0 at pages 2 and 4 run v8, mla_indexer/scores_sm90.cuh).
 //
 // The function is v8's: score[i, j] = k_scale[j] * sum_h relu(q[i,h,:] . k[j,:]) * qs[i,h], with
 // the same wgmma (m64 keys x n128 = 128/H tokens x H heads x k128, K tile = A, Q = B, both

@@ -12,6 +12,10 @@
 //     is the running max of S''. The row sum adds exp2(S'' - m) * 2^-log2(sk) = exp2(S log2 e - m),
 //     so l, the sink and the lse keep their exact meaning. log2(sk) is clamped at -64 (zero scales).
 //   - Accumulation in f32 throughout; the output is multiplied by 1/256 at the end.
+//   Input range (what kv_cache_store writes satisfies it): key scales finite and either 0 or in
+//   [2^-64, 2^64) (P carries log2(sk) clamped at -64; a smaller or negative scale would weight its
+//   V wrongly), and each query row either zero or with amax >= 2^-119 (448 / amax must be finite:
+//   a smaller non-zero row would encode 0 * inf = NaN). Not checked on the device.
 // Data movement:
 //   - The producer copies raw e4m3 rows by cp.async (16 B, zero-fill for invalid slots) into
 //     64-byte-swizzled tiles (9 tiles of 64 keys x 64 dims per block, 36 KB instead of 72 KB of
