@@ -875,6 +875,22 @@ struct Lane {
   int wg, w, gid, tig, r0, r1;
 };
 
+// Thread 0, before the CTA's first __syncthreads: the stage-half barriers (full: `full_count`
+// arrivals; empty: `empty_own` for halves [s][s], `empty_cross` for [s][1-s]), WG1's max hand-off
+// (its 4 warps' tig-0 lanes) and the row-sum exchange (both consumer warpgroups).
+MJ_DEVICE void init_barriers(const Smem& s, u32 full_count, u32 empty_own, u32 empty_cross) {
+#pragma unroll
+  for (int st = 0; st < 2; ++st) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sm90::mbar_init(s.full[st][h], full_count);
+      sm90::mbar_init(s.empty[st][h], st == h ? empty_own : empty_cross);
+    }
+  }
+  sm90::mbar_init(s.max1_ready, 32u);
+  sm90::mbar_init(s.rowsum_ready, 256u);
+}
+
 // This CTA's item: one token x one head tile, its top-k length (clamped to the stride) and the
 // number of 128-key steps (two 64-key blocks each).
 struct CtaWork {
@@ -1378,17 +1394,8 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
   const int wg = static_cast<int>(threadIdx.x) / 128;
 
   if (threadIdx.x == 0) {
-    const u32 full_count = C::kFp8 ? 128u : 256u;  // fp8: plain arrivals; bf16: + one cp.async arrival each
-#pragma unroll
-    for (int st = 0; st < 2; ++st) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        sm90::mbar_init(s.full[st][h], full_count);
-        sm90::mbar_init(s.empty[st][h], 128u);
-      }
-    }
-    sm90::mbar_init(s.max1_ready, 32u);  // the tig-0 lanes of WG1's 4 warps
-    sm90::mbar_init(s.rowsum_ready, 256u);
+    // full: fp8 plain arrivals; bf16 + one cp.async arrival each. empty: one warpgroup per half.
+    init_barriers(s, C::kFp8 ? 128u : 256u, 128u, 128u);
     if constexpr (C::kF16) *reinterpret_cast<u32*>(s.rowsum) = 0u;  // load_q's tile maximum
     sm90::mbar_init_fence();
   }

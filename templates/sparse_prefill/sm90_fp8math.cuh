@@ -569,16 +569,7 @@ MJ_DEVICE void run_fp8math(const SparsePrefillArgs& args) {
     // full: one cp.async arrival + one plain arrival per producer thread. empty: the warpgroups that
     // read a half (Q K^T and / or its V^T transposition): stage 0 left WG0; stage 0 right WG0 + WG1;
     // stage 1 right WG1; stage 1 left WG1 + WG0.
-#pragma unroll
-    for (int st = 0; st < 2; ++st) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        sm90::mbar_init(s.full[st][h], 256u);
-        sm90::mbar_init(s.empty[st][h], st == h ? 128u : 256u);
-      }
-    }
-    sm90::mbar_init(s.max1_ready, 32u);
-    sm90::mbar_init(s.rowsum_ready, 256u);
+    init_barriers(s, 256u, 128u, 256u);
     sm90::mbar_init_fence();
   }
   __syncthreads();
