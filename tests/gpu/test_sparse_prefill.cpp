@@ -238,18 +238,23 @@ ref::SparsePrefillProblem problem_of(const Case& c, uint64_t seed) {
   return ref::make_random_problem(params_of(c), s, seed);
 }
 
+// The mlajit::Error message of running `pb` on `path`, or "" if it ran.
+std::string launch_error(const ref::SparsePrefillProblem& pb, DeviceProblem& d, Path path) {
+  try {
+    run_on_device(pb, d, path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // Off sm_90a an FP8-math case has nothing to run: the op must refuse it with an error naming
 // qk_math fp8 and the arch, before compiling anything. Returns true when that is the situation.
 bool fp8_math_unavailable(const ref::SparsePrefillProblem& pb, DeviceProblem& d) {
   const std::string arch = Runtime::global().arch();
   if (pb.p.qk_math != QkMath::fp8 || sparse_prefill::path_available(pb.p, arch, Path::automatic)) return false;
   const unsigned long compiles = Compiler::compile_count();
-  std::string error;
-  try {
-    run_on_device(pb, d, Path::automatic);
-  } catch (const Error& e) {
-    error = e.what();
-  }
+  const std::string error = launch_error(pb, d, Path::automatic);
   INFO("error: ", error);
   CHECK(error.find("qk_math fp8") != std::string::npos);
   CHECK(error.find("got " + arch + ", expected sm_90a") != std::string::npos);
@@ -352,12 +357,7 @@ TEST_SUITE("sparse_prefill") {
     const Outputs a = run_on_device(pb, d, Path::automatic), b = run_on_device(pb, d, Path::sm90);
     CHECK(a.out == b.out);
     CHECK(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0);
-    std::string error;
-    try {
-      run_on_device(pb, d, Path::sm80);
-    } catch (const Error& e) {
-      error = e.what();
-    }
+    const std::string error = launch_error(pb, d, Path::sm80);
     INFO("error: ", error);
     CHECK(error.find("sparse_prefill path sm80: params.qk_math: got fp8, expected bf16") == 0);
   }
