@@ -14,8 +14,9 @@
 //   - Accumulation in f32 throughout; the output is multiplied by 1/256 at the end.
 //   Input range (what kv_cache_store writes satisfies it): key scales finite and either 0 or in
 //   [2^-64, 2^64) (P carries log2(sk) clamped at -64; a smaller or negative scale would weight its
-//   V wrongly), and each query row either zero or with amax >= 2^-119 (448 / amax must be finite:
-//   a smaller non-zero row would encode 0 * inf = NaN). Not checked on the device.
+//   V wrongly; a zero scale with zero bytes, what the store writes for an all-zero row, is exact).
+//   Query rows of any finite magnitude (tiny rows use a capped multiplier, see load_q_fp8).
+//   Not checked on the device.
 // Data movement:
 //   - The producer copies raw e4m3 rows by cp.async (16 B, zero-fill for invalid slots) into
 //     64-byte-swizzled tiles (9 tiles of 64 keys x 64 dims per block, 36 KB instead of 72 KB of
@@ -217,9 +218,14 @@ MJ_DEVICE void load_q_fp8(const SparsePrefillArgs& a, const SmemF8& s, i64 token
   const float amax = __uint_as_float(mx << 16);
   // amax 0: the row is zero (scale 0, codes 0). Non-finite amax: inv 0, the codes of inf / NaN
   // inputs stay NaN (0 * inf), the scale propagates inf: non-finite queries give non-finite output.
+  // Below amax = 448 * 2^-126 the multiplier 448 / amax is capped at 2^126 (it would reach inf near
+  // 2^-119): such a row's largest code is < 448 and its scale is exactly 2^-126, so sq * code is
+  // still q rounded to e4m3 (f32 subnormal inputs may flush to zero: |q| < 2^-126).
   const bool finite_nonzero = amax > 0.0f && amax < pos_inf();
-  const float inv = finite_nonzero ? 448.0f / amax : 0.0f;
-  if (part == 0) s.qscale[row] = amax * (1.0f / 448.0f);
+  constexpr float kMaxInv = 0x1p126f;
+  const bool tiny = finite_nonzero && amax < 448.0f * 0x1p-126f;
+  const float inv = !finite_nonzero ? 0.0f : tiny ? kMaxInv : 448.0f / amax;
+  if (part == 0) s.qscale[row] = tiny ? 0x1p-126f : amax * (1.0f / 448.0f);
   auto bf = [](u32 x, bool high) { return __uint_as_float(high ? (x & 0xFFFF0000u) : (x << 16)); };
 #pragma unroll
   for (int i = 0; i < kChunks; ++i) {

@@ -323,6 +323,29 @@ TEST_SUITE("sparse_prefill") {
     for (const Case& c : cases) run_case(c, seed++);
   }
 
+  TEST_CASE("sparse_prefill: widely spread scores (later blocks beat the running maximum by far)") {
+    // Softmax scales 24x and 190x the usual 1/sqrt(576): score spreads of ~35 and ~280 log2 units,
+    // so blocks after the first keep raising the running maximum by large steps, in rows of either
+    // consumer warpgroup at different steps (every O / P / row-sum rescale runs with factors far
+    // from 1); at 8.0 by more than f32's exponent range, so the earlier blocks' weights underflow
+    // to 0. The lse tolerance follows the scores' magnitude (f32 rounding of scores of ~100 at
+    // scale 1, ~800 at scale 8). No group-scale case: the forced Hopper path rounds K * scale to
+    // bf16 (see kSm90GroupScaleLseTol), an error that grows with the logits (lse 0.14 at scale 1),
+    // and its consumers are the bf16 cases' code.
+    const Case cases[] = {
+        {"bf16 h64 s9 topk2048 b64 p64 sink spread24", DType::bf16, 64, 9, 2048, 64, 64, 0, true, true, 5e-4, 4096,
+         1.0f},
+        {"bf16 h128 s5 topk1024 b128 p128 spread190", DType::bf16, 128, 5, 1024, 128, 128, 0, false, true, 4e-3, 4096,
+         8.0f},
+        {"fp8 sbs576 h128 s7 topk2048 b64 p64 sink spread24", DType::fp8_e4m3, 128, 7, 2048, 64, 64, 576, true, true,
+         5e-4, 4096, 1.0f},
+        {"fp8 sbs0 h48 s7 topk1536 b128 p64 spread24", DType::fp8_e4m3, 48, 7, 1536, 128, 64, 0, false, true, 5e-4,
+         4096, 1.0f},
+    };
+    uint64_t seed = 300;
+    for (const Case& c : cases) run_case(c, seed++);
+  }
+
   TEST_CASE("sparse_prefill FP8 math (qk_math fp8) against the f64 reference") {
     // The fp8 cases' data (SPEC §4: 2 layers, shuffled pages, ragged lengths that are not multiples
     // of b_topk, a row of length 0, a row of only invalid slots, a length above the stride, invalid
@@ -344,6 +367,21 @@ TEST_SUITE("sparse_prefill") {
     };
     uint64_t seed = 400;
     for (const Case& c : cases) run_case(c, seed++);
+  }
+
+  TEST_CASE("sparse_prefill FP8 math: query rows near the bottom of the f32 range quantise without NaN") {
+    // Tokens 0 and 1 have every head's query row scaled by 2^-122 / 2^-121 (max |q| ~2^-120, where
+    // 448 / max |q| overflows f32; before the multiplier was capped such rows encoded 0 * inf = NaN).
+    // Their scores are ~0, so their output is the plain mean of V; every other token is unchanged.
+    const Case c = fp8_math_case("fp8-math sbs576 h64 s6 topk256 b64 p64 tiny-q", 64, 6, 256, 64, 64, 576, true);
+    auto pb = problem_of(c, 450);
+    for (int64_t t = 0; t < 2; ++t)
+      for (size_t i = static_cast<size_t>(t * 64 * 576); i < static_cast<size_t>((t + 1) * 64 * 576); ++i)
+        pb.q[i] = ref::float_to_bf16(std::ldexp(ref::bf16_to_float(pb.q[i]), static_cast<int>(-122 + t)));
+    DeviceProblem d(pb);
+    if (fp8_math_unavailable(pb, d)) return;
+    const auto r = ref::sparse_prefill_reference(pb);
+    check_outputs(c, pb, r, run_on_device(pb, d, Path::sm90), Path::sm90);
   }
 
   TEST_CASE("sparse_prefill FP8 math: the automatic path is the Hopper kernel, and the sm80 path is refused") {
