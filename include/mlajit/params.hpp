@@ -142,6 +142,10 @@ struct SparsePrefillParams {
   int b_topk = 64;                  // 64 | 128
   int page_size = 64;
   int scale_block_size = 0;         // fp8 only: 0 = unit scales, else divides 576
+  // fp8 scales: fp32 = any positive f32; ue8m0 = every scale a power of two (what kv_cache_store
+  // writes with scale_fmt ue8m0). A promise about the data: with it, group scales run on the
+  // Hopper kernel exactly (K * 2^k is exact in its bf16 tile); without it they take the portable one.
+  ScaleFmt scale_fmt = ScaleFmt::fp32;
   bool attn_sink = false;
   bool emit_lse = true;
   DType output_dtype = DType::bf16; // bf16
@@ -160,6 +164,7 @@ struct SparsePrefillParams {
     v("b_topk", p.b_topk);
     v("page_size", p.page_size);
     v("scale_block_size", p.scale_block_size);
+    v("scale_fmt", p.scale_fmt);
     v("attn_sink", p.attn_sink);
     v("emit_lse", p.emit_lse);
     v("output_dtype", p.output_dtype);

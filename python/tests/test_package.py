@@ -62,6 +62,16 @@ def test_sparse_prefill_qk_math_passes_through_and_is_validated():
         mlajit.Op({"op": "sparse_prefill", "params": {"qk_math": "fp16"}})
 
 
+def test_sparse_prefill_scale_fmt_passes_through_and_is_validated():
+    assert mlajit.Op({"op": "sparse_prefill", "params": {}}).params["scale_fmt"] == "fp32"  # the default, written out
+    op = mlajit.Op({"op": "sparse_prefill",
+                    "params": {"kv_dtype": "fp8_e4m3", "scale_block_size": 64, "scale_fmt": "ue8m0"}})
+    assert op.params["scale_fmt"] == "ue8m0" and op.params["scale_block_size"] == 64
+    assert mlajit.Op(op.json).json == op.json
+    with pytest.raises(mlajit.InvalidArgumentError, match=r"scale_fmt: got ue8m0, expected fp32 for a cache without scales"):
+        mlajit.Op({"op": "sparse_prefill", "params": {"scale_fmt": "ue8m0"}})
+
+
 def test_fp8_math_precompile_for_a_non_hopper_arch_is_refused_and_writes_nothing():
     before = set(os.listdir(mlajit.cache_dir())) if os.path.isdir(mlajit.cache_dir()) else set()
     with pytest.raises(mlajit.InvalidArgumentError, match=r"got sm_80, expected sm_90a.*qk_math fp8"):

@@ -31,7 +31,8 @@ ops and their shape keys (defaults in brackets; tokens / keys / topk mean what t
       --anchor LIB.so: also time LIB's anchor_mqa_logits (C ABI in src/ops/mla_indexer/bench.hpp)
   sparse_prefill
       tokens [4096] heads [128] topk [2048] keys [32768] kv_dtype [bf16] b_topk [64] page_size [64]
-      scale_block_size [0] sink [0] lse [1] path [auto|sm80|sm90] (also s_q = tokens, s_kv = keys)
+      scale_block_size [0] scale_fmt [fp32|ue8m0: power-of-two scales; group scales then run on the
+        Hopper kernel] sink [0] lse [1] path [auto|sm80|sm90] (also s_q = tokens, s_kv = keys)
       qk_math [bf16|fp8]: fp8 = the opt-in FP8-math kernel (Hopper only; needs kv_dtype=fp8_e4m3 and
         scale_block_size 0 or 576), e.g. --shape kv_dtype=fp8_e4m3,scale_block_size=576,qk_math=fp8
       --anchor LIB.so: also time LIB's anchor_sparse_prefill_bf16 on the same inputs, interleaved
@@ -59,6 +60,7 @@ void print_summary(const std::string& op, const nlohmann::json& r) {
     const bool fp8 = p["kv_dtype"] == "fp8_e4m3";
     const std::string variant = p["kv_dtype"].get<std::string>() +
                                 (fp8 ? " sbs " + std::to_string(p["scale_block_size"].get<int>()) : std::string()) +
+                                (p.value("scale_fmt", "fp32") == "ue8m0" ? " ue8m0" : "") +
                                 (p["qk_math"] == "fp8" ? " qk_math fp8" : "");
     std::printf("sparse_prefill %s path %s: s_q %lld H %d topk %d s_kv %lld: %.3f ms median (min %.3f), %.1f TFLOP/s\n",
                 variant.c_str(), r["path"].get<std::string>().c_str(),
@@ -112,10 +114,7 @@ int cmd_bench(const Argv& argv) {
     shape.take_int("page_size", s.page_size);
     shape.take_int("layers", s.num_layers);
     shape.take_int("granularity", s.quantization_granularity);
-    if (auto f = shape.take("scale_fmt")) {
-      if (*f != "fp32" && *f != "ue8m0") throw_invalid("--shape scale_fmt", *f, "fp32 | ue8m0");
-      s.scale_fmt = *f == "ue8m0" ? ScaleFmt::ue8m0 : ScaleFmt::fp32;
-    }
+    if (auto f = shape.take("scale_fmt")) s.scale_fmt = parse_scale_fmt(*f, "--shape scale_fmt");
     shape.take_int("threads", s.threads);
     shape.done(op);
     if (reps) s.reps = reps;
@@ -161,6 +160,7 @@ int cmd_bench(const Argv& argv) {
     shape.take_int("b_topk", a.b_topk);
     shape.take_int("page_size", a.page_size);
     shape.take_int("scale_block_size", a.scale_block_size);
+    if (auto f = shape.take("scale_fmt")) a.scale_fmt = parse_scale_fmt(*f, "--shape scale_fmt");
     shape.take_bool("sink", a.attn_sink);
     shape.take_bool("lse", a.emit_lse);
     if (auto m = shape.take("qk_math")) a.qk_math = parse_qk_math(*m, "--shape qk_math");

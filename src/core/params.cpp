@@ -154,6 +154,7 @@ const char* scale_fmt_name(ScaleFmt f) { return enum_name(f); }
 const char* mask_name(Mask m) { return enum_name(m); }
 const char* emit_name(IndexEmit e) { return enum_name(e); }
 QkMath parse_qk_math(const std::string& name, const std::string& field) { return parse_enum<QkMath>(name, field); }
+ScaleFmt parse_scale_fmt(const std::string& name, const std::string& field) { return parse_enum<ScaleFmt>(name, field); }
 
 // ---- validation ---------------------------------------------------------------------------------
 void PagedKVCacheParams::validate(const std::string& p) const {

@@ -179,10 +179,18 @@ SparsePrefillProblem make_random_problem(const SparsePrefillParams& p, const Spa
     } else if (sbs == 0) {
       for (int d = 0; d < 576; ++d) pb.blocks[static_cast<size_t>(r) * 576 + d] = float_to_e4m3(x[d]);
     } else {
+      const bool ue8m0 = p.scale_fmt == ScaleFmt::ue8m0;
       for (int b = 0; b < spt; ++b) {
+        if (ue8m0) {
+          // Groups of one row 2^-3..2^3 apart in magnitude, so that their power-of-two scales
+          // differ (a kernel applying a neighbour's scale, or none, fails).
+          const float mag = std::ldexp(1.0f, static_cast<int>(rng() % 7u) - 3);
+          for (int d = b * sbs; d < (b + 1) * sbs; ++d) x[d] *= mag;
+        }
         float amax = 0;
         for (int d = b * sbs; d < (b + 1) * sbs; ++d) amax = std::max(amax, std::fabs(x[d]));
-        const float scale = std::max(amax, 1e-4f) / 448.f;
+        float scale = std::max(amax, 1e-4f) / 448.f;
+        if (ue8m0) scale = std::exp2(std::ceil(std::log2(scale)));  // SPEC §1's ue8m0: rounded up
         pb.scales[static_cast<size_t>(r) * spt + b] = scale;
         for (int d = b * sbs; d < (b + 1) * sbs; ++d)
           pb.blocks[static_cast<size_t>(r) * 576 + d] = float_to_e4m3(x[d] / scale);

@@ -102,6 +102,11 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
   CHECK(last_stderr().find("params.kv_dtype: got bf16, expected fp8_e4m3 with qk_math fp8") != std::string::npos);
   CHECK(cli("bench sparse_prefill --shape kv_dtype=fp8_e4m3,scale_block_size=64,qk_math=fp8").code == 2);
   CHECK(last_stderr().find("group scales are not supported in FP8 math") != std::string::npos);
+  // scale_fmt: the params' spelling and validation as well.
+  CHECK(cli("bench sparse_prefill --shape kv_dtype=fp8_e4m3,scale_block_size=64,scale_fmt=e8m0").code == 2);
+  CHECK(last_stderr().find("--shape scale_fmt: got \"e8m0\", expected fp32 | ue8m0") != std::string::npos);
+  CHECK(cli("bench sparse_prefill --shape scale_fmt=ue8m0").code == 2);
+  CHECK(last_stderr().find("params.scale_fmt: got ue8m0, expected fp32 for a cache without scales") != std::string::npos);
   CHECK(cli("bench kv_cache_store --anchor /nonexistent.so").code == 2);
   CHECK(last_stderr().find("only with OP mla_indexer or sparse_prefill") != std::string::npos);
   CHECK(cli("bench mla_indexer --anchor /nonexistent.so").code == 2);

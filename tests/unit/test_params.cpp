@@ -70,6 +70,7 @@ TEST_CASE("non-default params round trip exactly") {
   p.emit_lse = false;
   p.b_topk = 128;
   p.num_q_heads = 64;
+  p.scale_fmt = ScaleFmt::ue8m0;
   SparsePrefillParams f;
   f.kv_dtype = DType::fp8_e4m3;
   f.scale_block_size = 576;
@@ -249,4 +250,35 @@ TEST_CASE("sparse_prefill names: the default specs keep their names, FP8-math sp
   CHECK(KernelSpec{p}.name() == "sparse_prefill_fp8_e4m3_h128_p64_sb576_sink_fp8math_t64");
   p.b_topk = 128;
   CHECK(KernelSpec{p}.name() == "sparse_prefill_fp8_e4m3_h128_p64_sb576_sink_fp8math_t128");
+  SparsePrefillParams g;
+  g.kv_dtype = DType::fp8_e4m3;
+  g.scale_block_size = 64;
+  CHECK(KernelSpec{g}.name() == "sparse_prefill_fp8_e4m3_h128_p64_sb64_t64");
+  g.scale_fmt = ScaleFmt::ue8m0;
+  CHECK(KernelSpec{g}.name() == "sparse_prefill_fp8_e4m3_h128_p64_sb64_ue8m0_t64");
+}
+
+TEST_CASE("sparse_prefill scale_fmt: fp32 by default, \"ue8m0\" declares power-of-two scales, only where there are scales") {
+  const KernelSpec plain = kernel_spec_from_json(json::parse(R"({"op":"sparse_prefill","params":{}})"));
+  CHECK(std::get<SparsePrefillParams>(plain.params).scale_fmt == ScaleFmt::fp32);
+  CHECK(to_json(plain)["params"]["scale_fmt"] == "fp32");
+  for (int sbs : {16, 64, 576}) {
+    CAPTURE(sbs);
+    json j = {{"op", "sparse_prefill"},
+              {"params", {{"kv_dtype", "fp8_e4m3"}, {"scale_block_size", sbs}, {"scale_fmt", "ue8m0"}}}};
+    const KernelSpec spec = kernel_spec_from_json(j);
+    CHECK(std::get<SparsePrefillParams>(spec.params).scale_fmt == ScaleFmt::ue8m0);
+    CHECK(kernel_spec_from_json(to_json(spec)) == spec);
+    j["params"]["scale_fmt"] = "fp32";
+    CHECK(kernel_spec_from_json(j).hash() != spec.hash());
+    CHECK(kernel_spec_from_json(j).name() != spec.name());
+  }
+  const std::string bf16_cache = rejection(R"({"op":"sparse_prefill","params":{"scale_fmt":"ue8m0"}})");
+  CHECK_MESSAGE(bf16_cache.find("kernel.params.scale_fmt: got ue8m0, expected fp32 for a cache without scales") == 0,
+                bf16_cache);
+  const std::string unit = rejection(
+      R"({"op":"sparse_prefill","params":{"kv_dtype":"fp8_e4m3","scale_block_size":0,"scale_fmt":"ue8m0"}})");
+  CHECK_MESSAGE(unit.find("kernel.params.scale_fmt: got ue8m0") == 0, unit);
+  const std::string bad = rejection(R"({"op":"sparse_prefill","params":{"scale_fmt":"e8m0"}})");
+  CHECK_MESSAGE(bad.find(R"(kernel.params.scale_fmt: got "e8m0", expected fp32 | ue8m0)") == 0, bad);
 }

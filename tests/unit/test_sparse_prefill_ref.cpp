@@ -174,6 +174,34 @@ TEST_CASE("sparse_prefill random problems follow SPEC §4") {
   CHECK(ref::make_random_problem(p, s, 1).indices == pb.indices);
 }
 
+TEST_CASE("sparse_prefill random problems with scale_fmt ue8m0: power-of-two scales that differ within a row") {
+  SparsePrefillParams p;
+  p.num_q_heads = 16;
+  p.kv_dtype = DType::fp8_e4m3;
+  p.scale_block_size = 64;
+  p.scale_fmt = ScaleFmt::ue8m0;
+  ref::SparsePrefillShape s;
+  s.num_tokens = 4;
+  s.kv_tokens = 512;
+  const auto pb = ref::make_random_problem(p, s, 3);
+  REQUIRE(!pb.scales.empty());
+  int rows_with_distinct = 0;
+  size_t not_pow2 = 0;
+  const size_t spt = static_cast<size_t>(p.scales_per_token());
+  for (size_t r = 0; r * spt < pb.scales.size(); ++r) {
+    bool distinct = false;
+    for (size_t b = 0; b < spt; ++b) {
+      const float sc = pb.scales[r * spt + b];
+      int e = 0;
+      not_pow2 += std::frexp(sc, &e) != 0.5f;
+      distinct |= sc != pb.scales[r * spt];
+    }
+    rows_with_distinct += distinct;
+  }
+  CHECK(not_pow2 == 0);
+  CHECK(rows_with_distinct * 10 > static_cast<int>(pb.scales.size() / spt) * 9);  // nearly every row
+}
+
 TEST_CASE("sparse_prefill op: argument validation names the argument (no GPU needed)") {
   SparsePrefillParams p;
   p.num_q_heads = 32;
@@ -327,6 +355,15 @@ TEST_CASE("sparse_prefill path choice") {
   group.scale_block_size = 64;
   CHECK(sparse_prefill::resolve_path(group, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
   CHECK(sparse_prefill::resolve_path(group, "sm_90a", sparse_prefill::Path::sm90) == sparse_prefill::Path::sm90);
+  // Power-of-two group scales: exact in the Hopper kernel's tile, so it is preferred there.
+  SparsePrefillParams pow2 = group;
+  pow2.scale_fmt = ScaleFmt::ue8m0;
+  CHECK(sparse_prefill::sm90_preferred(pow2));
+  CHECK_FALSE(sparse_prefill::sm90_preferred(group));
+  CHECK(sparse_prefill::resolve_path(pow2, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm90);
+  CHECK(sparse_prefill::resolve_path(pow2, "sm_80", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
+  pow2.scale_block_size = 8;  // below the Hopper kernel's 16-element minimum: portable whatever the format
+  CHECK(sparse_prefill::resolve_path(pow2, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
   SparsePrefillParams three = p;  // 8-element scale blocks: only the portable kernel takes them
   three.kv_dtype = DType::fp8_e4m3;
   three.scale_block_size = 8;

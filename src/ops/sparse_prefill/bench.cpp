@@ -86,6 +86,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   p.b_topk = a.b_topk;
   p.page_size = a.page_size;
   p.scale_block_size = a.scale_block_size;
+  p.scale_fmt = a.scale_fmt;
   p.attn_sink = a.attn_sink;
   p.emit_lse = a.emit_lse;
   p.qk_math = a.qk_math;
@@ -120,6 +121,8 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   if (spt > 0) {
     sc.resize(rows * spt);
     for (auto& x : sc) x = rng.uniform(0.25f, 1.0f);
+    if (p.scale_fmt == ScaleFmt::ue8m0)  // powers of two: 1/4, 1/2, 1
+      for (auto& x : sc) x = std::exp2(std::ceil(std::log2(x)));
     scales = autotune::data::upload(sc);
   }
 

@@ -21,6 +21,7 @@ struct SparsePrefillBenchArgs {
   int b_topk = 64;
   int page_size = 64;
   int scale_block_size = 0;  // fp8 only (0 = unit scales)
+  ScaleFmt scale_fmt = ScaleFmt::fp32;  // ue8m0: the random scales are powers of two (params.scale_fmt)
   QkMath qk_math = QkMath::bf16;  // fp8: the FP8-math kernel (fp8 cache, scale_block_size 0 | 576, sm_90a)
   bool attn_sink = false;
   bool emit_lse = true;

@@ -33,6 +33,11 @@ void SparsePrefillParams::validate() const {
     MLAJIT_EXPECT(scale_block_size == 0, "params.scale_block_size", scale_block_size, "0 for kv_dtype bf16");
   }
   MLAJIT_EXPECT(output_dtype == DType::bf16, "params.output_dtype", dtype_name(output_dtype), "bf16");
+  // ue8m0 describes the cache's scales (powers of two); a cache without scales has nothing to describe.
+  MLAJIT_EXPECT(scale_fmt == ScaleFmt::fp32 || (kv_dtype == DType::fp8_e4m3 && scale_block_size > 0),
+                "params.scale_fmt", "ue8m0",
+                "fp32 for a cache without scales (ue8m0 needs kv_dtype fp8_e4m3 and scale_block_size > 0: it says "
+                "every scale is a power of two)");
   if (qk_math == QkMath::fp8) {
     // The FP8-math kernel feeds the cache's e4m3 bytes straight to the FP8 tensor cores, so the
     // cache must be fp8, and a scale may only multiply a whole row (folded into the scores and P);
@@ -74,6 +79,7 @@ const OpDefinition& sparse_prefill_definition() {
         const auto& p = std::get<SparsePrefillParams>(params);
         std::string s = fmt::format("sparse_prefill_{}_h{}_p{}", dtype_name(p.kv_dtype), p.num_q_heads, p.page_size);
         if (p.kv_dtype == DType::fp8_e4m3) s += fmt::format("_sb{}", p.scale_block_size);
+        if (p.scale_fmt == ScaleFmt::ue8m0) s += "_ue8m0";  // fp32 (the default) keeps the old names
         if (p.attn_sink) s += "_sink";
         if (!p.emit_lse) s += "_nolse";
         // Only the opt-in mode is marked, so the default specs keep the names they always had.

@@ -73,6 +73,8 @@ class PrefillWorkload : public Workload {
     if (p.kv_dtype == DType::fp8_e4m3 && p.scales_per_token() > 0) {
       std::vector<float> sc(rows * p.scales_per_token());
       for (auto& x : sc) x = rng_.uniform(0.25f, 1.0f);
+      if (p.scale_fmt == ScaleFmt::ue8m0)  // the spec's promise: powers of two
+        for (auto& x : sc) x = std::exp2(std::ceil(std::log2(x)));
       scales_d_ = data::upload(sc);
     }
 
