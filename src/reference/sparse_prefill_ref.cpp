@@ -1,5 +1,6 @@
 // CPU f64 reference of sparse_prefill (SPEC §3) and its random test data (SPEC §4).
 #include "reference/sparse_prefill_ref.hpp"
+#include "reference/kv_cache_ref.hpp"
 #include "reference/test_data.hpp"
 
 #include <algorithm>
@@ -189,8 +190,7 @@ SparsePrefillProblem make_random_problem(const SparsePrefillParams& p, const Spa
         }
         float amax = 0;
         for (int d = b * sbs; d < (b + 1) * sbs; ++d) amax = std::max(amax, std::fabs(x[d]));
-        float scale = std::max(amax, 1e-4f) / 448.f;
-        if (ue8m0) scale = std::exp2(std::ceil(std::log2(scale)));  // SPEC §1's ue8m0: rounded up
+        const float scale = fp8_group_scale(amax, p.scale_fmt);  // SPEC §1, the store's rule
         pb.scales[static_cast<size_t>(r) * spt + b] = scale;
         for (int d = b * sbs; d < (b + 1) * sbs; ++d)
           pb.blocks[static_cast<size_t>(r) * 576 + d] = float_to_e4m3(x[d] / scale);

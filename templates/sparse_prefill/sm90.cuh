@@ -53,8 +53,9 @@
 // (0x7F/0xFF) stay NaN. With group scales (16 <= SCALE_BLOCK < 576) the bf16 tile holds
 // K * scale rounded once to bf16, as a bf16-dequantised cache would (NaN codes decode to finite
 // values there); when every scale is a power of two (params scale_fmt ue8m0) that product is exact
-// (e4m3's 4 significant bits fit bf16's 8; scales from 2^-53 up keep it a normal bf16), so the
-// tile holds the cache's values exactly and only f32 accumulation order differs from SPEC §3.
+// (e4m3's 4 significant bits fit bf16's 8) for scales in [2^-53, 2^71] (a normal bf16 from 2^-53;
+// above 2^71 the 2^56 multiplier overflows: NaN), so the tile holds the cache's values exactly and
+// only f32 accumulation order differs from SPEC §3.
 //
 // ---- Design ---------------------------------------------------------------------------------------
 // One CTA = one token x one 64-row head tile; 3 warpgroups:

@@ -342,12 +342,18 @@ TEST_SUITE("sparse_prefill") {
     // With power-of-two scales the Hopper kernel's bf16 tile holds K * scale exactly, so the
     // automatic path takes it for group scales too and is held to SPEC §3 (lse 1e-4), like the
     // portable kernel beside it. Group widths 16 .. 288, sink and lse on and off, a sharp softmax.
+    // (For widths that are not multiples of 16 the portable kernel rounds K * scale to bf16 too,
+    // which power-of-two scales also make exact.)
     const Case cases[] = {
         ue8m0_case("fp8 sbs64 ue8m0 h128 s13 topk2048 b64 p64 sink", 128, 13, 2048, 64, 64, 64, true),
         ue8m0_case("fp8 sbs16 ue8m0 h64 s62 topk512 b128 p128", 64, 62, 512, 128, 128, 16, false),
         ue8m0_case("fp8 sbs192 ue8m0 h32 s9 topk384 b64 p64 sink", 32, 9, 384, 64, 64, 192, true),
         ue8m0_case("fp8 sbs32 ue8m0 h16 s213 topk128 b64 p16 nolse", 16, 213, 128, 64, 16, 32, false, false),
         ue8m0_case("fp8 sbs288 ue8m0 h80 s7 topk384 b128 p64", 80, 7, 384, 128, 64, 288, false),
+        // Widths that are not multiples of 16: a 16-element chunk takes two scales (72: the
+        // 8-element halves; 36: a boundary anywhere in the chunk).
+        ue8m0_case("fp8 sbs72 ue8m0 h64 s9 topk256 b64 p64 sink", 64, 9, 256, 64, 64, 72, true),
+        ue8m0_case("fp8 sbs36 ue8m0 h32 s9 topk256 b128 p64", 32, 9, 256, 128, 64, 36, false),
         ue8m0_case("fp8 sbs64 ue8m0 h48 s9 topk1024 b64 p64 spread24", 48, 9, 1024, 64, 64, 64, false, true, 5e-4, 1.0f),
     };
     const std::string arch = Runtime::global().arch();

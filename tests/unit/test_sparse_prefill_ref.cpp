@@ -322,8 +322,9 @@ TEST_CASE("sparse_prefill codegen: one kernel body per module") {
     CHECK(k->entries[sparse_prefill::kEntrySm90].symbol == sparse_prefill::kSymbolSm90);
     CHECK(k->code.find("__trap()") != std::string::npos);  // the other entry is a guard
   }
-  // fp8 group scales: the portable kernel is the automatic choice everywhere, so the automatic
-  // source never compiles the Hopper body; forcing it is still possible.
+  // fp8 group scales of arbitrary f32 values: the portable kernel is the automatic choice
+  // everywhere, so the automatic source never compiles the Hopper body; forcing it is still
+  // possible. Power-of-two scales (scale_fmt ue8m0) take the Hopper body on sm_90a again.
   SparsePrefillParams group = p;
   group.kv_dtype = DType::fp8_e4m3;
   group.scale_block_size = 64;
@@ -331,6 +332,9 @@ TEST_CASE("sparse_prefill codegen: one kernel body per module") {
   CHECK(g.code.find(hopper_if) == std::string::npos);
   CHECK(g.code.find("#if 0\n#define MLAJIT_SPARSE_PREFILL_HOPPER 1") != std::string::npos);
   CHECK_NOTHROW(generate_sparse_prefill_mode(KernelSpec{group}, sparse_prefill::Path::sm90));
+  SparsePrefillParams pow2 = group;
+  pow2.scale_fmt = ScaleFmt::ue8m0;
+  CHECK(generate(KernelSpec{pow2}).code.find(hopper_if) != std::string::npos);
   // A spec the Hopper kernel does not cover: one entry, no forced sm90 source.
   SparsePrefillParams three = p;  // 8-element scale blocks: below the Hopper kernel's 16
   three.kv_dtype = DType::fp8_e4m3;

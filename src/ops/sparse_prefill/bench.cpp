@@ -17,6 +17,7 @@
 #include "mlajit/runtime.hpp"
 #include "ops/sparse_prefill/launch.hpp"
 #include "ops/sparse_prefill/plan.hpp"
+#include "reference/kv_cache_ref.hpp"
 #include "reference/sparse_prefill_ref.hpp"
 
 namespace mlajit::bench {
@@ -121,8 +122,8 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   if (spt > 0) {
     sc.resize(rows * spt);
     for (auto& x : sc) x = rng.uniform(0.25f, 1.0f);
-    if (p.scale_fmt == ScaleFmt::ue8m0)  // powers of two: 1/4, 1/2, 1
-      for (auto& x : sc) x = std::exp2(std::ceil(std::log2(x)));
+    if (p.scale_fmt == ScaleFmt::ue8m0)  // rounded up to a power of two: 1/2 or 1 (1/4 at the edge)
+      for (auto& x : sc) x = ref::ue8m0_round_up(x);
     scales = autotune::data::upload(sc);
   }
 

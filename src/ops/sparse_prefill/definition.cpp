@@ -35,7 +35,7 @@ void SparsePrefillParams::validate() const {
   MLAJIT_EXPECT(output_dtype == DType::bf16, "params.output_dtype", dtype_name(output_dtype), "bf16");
   // ue8m0 describes the cache's scales (powers of two); a cache without scales has nothing to describe.
   MLAJIT_EXPECT(scale_fmt == ScaleFmt::fp32 || (kv_dtype == DType::fp8_e4m3 && scale_block_size > 0),
-                "params.scale_fmt", "ue8m0",
+                "params.scale_fmt", scale_fmt_name(scale_fmt),
                 "fp32 for a cache without scales (ue8m0 needs kv_dtype fp8_e4m3 and scale_block_size > 0: it says "
                 "every scale is a power of two)");
   if (qk_math == QkMath::fp8) {

@@ -73,8 +73,12 @@ class PrefillWorkload : public Workload {
     if (p.kv_dtype == DType::fp8_e4m3 && p.scales_per_token() > 0) {
       std::vector<float> sc(rows * p.scales_per_token());
       for (auto& x : sc) x = rng_.uniform(0.25f, 1.0f);
-      if (p.scale_fmt == ScaleFmt::ue8m0)  // the spec's promise: powers of two
-        for (auto& x : sc) x = std::exp2(std::ceil(std::log2(x)));
+      if (p.scale_fmt == ScaleFmt::ue8m0) {  // the spec's promise: powers of two (here 1/2 or 1)
+        for (auto& x : sc) {
+          int e = 0;
+          if (std::frexp(x, &e) != 0.5f) x = std::ldexp(1.0f, e);  // x in (2^(e-1), 2^e): round up
+        }
+      }
       scales_d_ = data::upload(sc);
     }
 
