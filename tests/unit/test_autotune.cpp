@@ -409,6 +409,29 @@ TEST_CASE("lookup: a record written before qk_math existed serves the bf16-math 
   CHECK(idx.find(device_key("GPU-A", 132), query, b) == nullptr);
 }
 
+TEST_CASE("lookup: a record written before scale_fmt existed serves fp32-scale prefills only") {
+  // The same rule for the scale format: a record without "scale_fmt" was measured on fp32 scales
+  // (the default it parses to); a ue8m0 spec (a different kernel path) never takes it.
+  const auto b = bucket_sparse_prefill(4096, 2048);
+  SparsePrefillParams tuned;
+  tuned.kv_dtype = DType::fp8_e4m3;
+  tuned.scale_block_size = 64;
+  tuned.b_topk = 128;
+  json j = record(tuned, b, 1.0).to_json();
+  REQUIRE(j["params"].at("scale_fmt") == "fp32");
+  j["params"].erase("scale_fmt");
+  const TuningRecord old = TuningRecord::from_json(j, "records[0]");
+  CHECK(old.key() == record(tuned, b, 1.0).key());
+  TuningIndex idx({old});
+  SparsePrefillParams query = tuned;
+  query.b_topk = 64;
+  const OpParams* hit = idx.find(device_key("GPU-A", 132), query, b);
+  REQUIRE(hit != nullptr);
+  CHECK(std::get<SparsePrefillParams>(*hit).b_topk == 128);
+  query.scale_fmt = ScaleFmt::ue8m0;
+  CHECK(idx.find(device_key("GPU-A", 132), query, b) == nullptr);
+}
+
 TEST_CASE("lookup: tuning records of cache layers: the first layer's record wins, missing files add nothing") {
   TempDir image("autotune_image"), home("autotune_home");
   const auto b = bucket_kv_cache_store(4096, 8);
