@@ -13,9 +13,12 @@ cmake --build "$tmp/consumer" -j"$(nproc)" >/dev/null
 for exe in consumer_shared consumer_static consumer_c; do
   "$tmp/consumer/$exe"
 done
-# The shared consumer must have used the installed library, by its versioned SONAME.
-ldd "$tmp/consumer/consumer_shared" | grep -q "libmlajit.so.0 => $tmp/prefix" ||
-  { echo "consumer_shared does not load the installed libmlajit.so.0" >&2; exit 1; }
+# The shared consumer must have used the installed library, by its versioned SONAME. (ldd's output
+# is captured first: with pipefail, `ldd | grep -q` fails whenever grep exits before ldd has
+# written everything, which made this check flaky.)
+deps=$(ldd "$tmp/consumer/consumer_shared")
+grep -q "libmlajit.so.0 => $tmp/prefix" <<<"$deps" ||
+  { echo "consumer_shared does not load the installed libmlajit.so.0:" >&2; echo "$deps" >&2; exit 1; }
 # pkg-config: a C program against the static library.
 PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig" pkg-config --exists mlajit
 cc -o "$tmp/pc_c" examples/cpp_consumer/main.c $(PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig" pkg-config --cflags mlajit) \
