@@ -386,17 +386,23 @@ TEST_CASE("lookup: the index finds the tuned params for device, problem and buck
   CHECK(idx.find(dev, KvCacheGatherParams{}, b) == nullptr);
 }
 
-TEST_CASE("lookup: a record written before qk_math existed serves the bf16-math prefill only") {
-  // Records of earlier builds have no "qk_math": they were measured with 16-bit math, the default
-  // they parse to, so they keep serving those specs and never an FP8-math one.
+namespace {
+
+// A tuning record of an fp8 prefill (scale block `sbs`, b_topk 128) written before params field
+// `field` existed (the key removed from its JSON): it parses to the field's default `written`,
+// keys like a new record, still serves a query with that default, and never one that `change`
+// moves off the default.
+void check_record_from_before(const char* field, const char* written, int sbs,
+                              void (*change)(SparsePrefillParams&)) {
+  CAPTURE(field);
   const auto b = bucket_sparse_prefill(4096, 2048);
   SparsePrefillParams tuned;
   tuned.kv_dtype = DType::fp8_e4m3;
-  tuned.scale_block_size = 576;
+  tuned.scale_block_size = sbs;
   tuned.b_topk = 128;
   json j = record(tuned, b, 1.0).to_json();
-  REQUIRE(j["params"].at("qk_math") == "bf16");  // written explicitly from now on
-  j["params"].erase("qk_math");
+  REQUIRE(j["params"].at(field) == written);  // written explicitly from now on
+  j["params"].erase(field);
   const TuningRecord old = TuningRecord::from_json(j, "records[0]");
   CHECK(old.key() == record(tuned, b, 1.0).key());  // merges dedupe it against a new record
   TuningIndex idx({old});
@@ -405,31 +411,22 @@ TEST_CASE("lookup: a record written before qk_math existed serves the bf16-math 
   const OpParams* hit = idx.find(device_key("GPU-A", 132), query, b);
   REQUIRE(hit != nullptr);
   CHECK(std::get<SparsePrefillParams>(*hit).b_topk == 128);
-  query.qk_math = QkMath::fp8;
+  change(query);
   CHECK(idx.find(device_key("GPU-A", 132), query, b) == nullptr);
+}
+
+}  // namespace
+
+TEST_CASE("lookup: a record written before qk_math existed serves the bf16-math prefill only") {
+  // Records of earlier builds have no "qk_math": they were measured with 16-bit math, the default
+  // they parse to, so they keep serving those specs and never an FP8-math one.
+  check_record_from_before("qk_math", "bf16", 576, [](SparsePrefillParams& p) { p.qk_math = QkMath::fp8; });
 }
 
 TEST_CASE("lookup: a record written before scale_fmt existed serves fp32-scale prefills only") {
   // The same rule for the scale format: a record without "scale_fmt" was measured on fp32 scales
   // (the default it parses to); a ue8m0 spec (a different kernel path) never takes it.
-  const auto b = bucket_sparse_prefill(4096, 2048);
-  SparsePrefillParams tuned;
-  tuned.kv_dtype = DType::fp8_e4m3;
-  tuned.scale_block_size = 64;
-  tuned.b_topk = 128;
-  json j = record(tuned, b, 1.0).to_json();
-  REQUIRE(j["params"].at("scale_fmt") == "fp32");
-  j["params"].erase("scale_fmt");
-  const TuningRecord old = TuningRecord::from_json(j, "records[0]");
-  CHECK(old.key() == record(tuned, b, 1.0).key());
-  TuningIndex idx({old});
-  SparsePrefillParams query = tuned;
-  query.b_topk = 64;
-  const OpParams* hit = idx.find(device_key("GPU-A", 132), query, b);
-  REQUIRE(hit != nullptr);
-  CHECK(std::get<SparsePrefillParams>(*hit).b_topk == 128);
-  query.scale_fmt = ScaleFmt::ue8m0;
-  CHECK(idx.find(device_key("GPU-A", 132), query, b) == nullptr);
+  check_record_from_before("scale_fmt", "fp32", 64, [](SparsePrefillParams& p) { p.scale_fmt = ScaleFmt::ue8m0; });
 }
 
 TEST_CASE("lookup: tuning records of cache layers: the first layer's record wins, missing files add nothing") {
