@@ -69,7 +69,8 @@ bool sm80_supported(const SparsePrefillParams& p) { return p.qk_math != QkMath::
 // two (scale_fmt ue8m0, as kv_cache_store writes them) make the tile's K * scale exact (e4m3 has 4
 // significant bits, bf16 8) for scales in [2^-53, 2^71] (above 2^71 the tile's 2^56 bias overflows:
 // NaN), which covers every scale the store writes for |x| < 2^80, so those run on the Hopper kernel
-// with the portable kernel's accuracy (session 20, H100: sbs 64 at 32K 360 TFLOP/s vs 187). qk_math fp8 never has group scales (validate()); the Hopper kernel is its only one.
+// with the portable kernel's accuracy (session 20, H100: sbs 64 at 32K 360 TFLOP/s vs 187).
+// qk_math fp8 never has group scales (validate()); the Hopper kernel is its only one.
 bool sm90_preferred(const SparsePrefillParams& p) {
   const bool group_scales = p.kv_dtype == DType::fp8_e4m3 && p.scale_block_size > 0 && p.scale_block_size < 576;
   return !group_scales || p.scale_fmt == ScaleFmt::ue8m0;

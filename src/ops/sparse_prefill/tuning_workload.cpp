@@ -73,12 +73,8 @@ class PrefillWorkload : public Workload {
     if (p.kv_dtype == DType::fp8_e4m3 && p.scales_per_token() > 0) {
       std::vector<float> sc(rows * p.scales_per_token());
       for (auto& x : sc) x = rng_.uniform(0.25f, 1.0f);
-      if (p.scale_fmt == ScaleFmt::ue8m0) {  // the spec's promise: powers of two (here 1/2 or 1)
-        for (auto& x : sc) {
-          int e = 0;
-          if (std::frexp(x, &e) != 0.5f) x = std::ldexp(1.0f, e);  // x in (2^(e-1), 2^e): round up
-        }
-      }
+      if (p.scale_fmt == ScaleFmt::ue8m0)  // the spec's promise: powers of two (1/2 or 1)
+        for (auto& x : sc) x = x <= 0.5f ? 0.5f : 1.0f;
       scales_d_ = data::upload(sc);
     }
 
