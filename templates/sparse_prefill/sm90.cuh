@@ -1144,8 +1144,11 @@ MJ_DEVICE float load_q(const SparsePrefillArgs& a, const Smem& s, i64 token, int
 }
 
 // Epilogue shared by both consumer warpgroups: total row sums, normalisation, bf16 staging in the
-// Q space, coalesced 16-byte stores; lse from WG0.
-template <class C>
+// Q space, coalesced 16-byte stores; lse from WG0. DIM_PAIRS_SPLIT: the accumulator's columns are
+// permuted inside every 16-column group (column 8 e + a holds dim 2 a + e: the FP8-math kernel's
+// V^T row order, see transpose_v), so a thread's o[8 kk + {0, 4, 1, 5}] are 4 consecutive dims of row
+// r0 (o[8 kk + {2, 6, 3, 7}] of row r1) and go to the staging rows as one 8-byte store each.
+template <class C, bool DIM_PAIRS_SPLIT = false>
 MJ_DEVICE void finish(const SparsePrefillArgs& a, const Smem& s, const Lane& ln, int lane, i64 token, int head0,
                       float (&o)[128], float m0, float m1, float l0, float l1) {
   l0 += __shfl_xor_sync(0xFFFFFFFFu, l0, 1);
@@ -1183,15 +1186,30 @@ MJ_DEVICE void finish(const SparsePrefillArgs& a, const Smem& s, const Lane& ln,
   }
 
   // Stage: row r of the output at s.q + r * 1024, 16-byte chunk c (of 64) at (c ^ (r % 8)).
-  const int m = lane >> 3;
-  const u32 row = static_cast<u32>(16 * ln.w + (m & 1) * 8 + (lane & 7));
+  if constexpr (DIM_PAIRS_SPLIT) {
+    // Dims 16 kk + 4 tig .. + 3 of rows r0 / r1: byte 8 (tig & 1) of 16-byte chunk 2 kk + tig / 2.
+    // A warp's store covers 8 rows x 32 bytes, two per bank group after the swizzle: 2 wavefronts.
+    const u32 r0 = static_cast<u32>(ln.r0), r1 = static_cast<u32>(ln.r1);
+    const u32 half = 8u * static_cast<u32>(ln.tig & 1);
 #pragma unroll
-  for (int kk = 0; kk < 16; ++kk) {
-    const u32 chunk = static_cast<u32>(32 * ln.wg + 2 * kk + (m >> 1));
-    sm90::stmatrix_x4(s.q + row * 1024u + ((chunk ^ (row & 7u)) << 4), pack_bf16x2(o[8 * kk + 0] * f0, o[8 * kk + 1] * f0),
-                      pack_bf16x2(o[8 * kk + 2] * f1, o[8 * kk + 3] * f1),
-                      pack_bf16x2(o[8 * kk + 4] * f0, o[8 * kk + 5] * f0),
-                      pack_bf16x2(o[8 * kk + 6] * f1, o[8 * kk + 7] * f1));
+    for (int kk = 0; kk < 16; ++kk) {
+      const u32 chunk = static_cast<u32>(32 * ln.wg + 2 * kk + (ln.tig >> 1));
+      sm90::sts64(s.q + r0 * 1024u + ((chunk ^ (r0 & 7u)) << 4) + half, pack_bf16x2(o[8 * kk + 0] * f0, o[8 * kk + 4] * f0),
+                  pack_bf16x2(o[8 * kk + 1] * f0, o[8 * kk + 5] * f0));
+      sm90::sts64(s.q + r1 * 1024u + ((chunk ^ (r1 & 7u)) << 4) + half, pack_bf16x2(o[8 * kk + 2] * f1, o[8 * kk + 6] * f1),
+                  pack_bf16x2(o[8 * kk + 3] * f1, o[8 * kk + 7] * f1));
+    }
+  } else {
+    const int m = lane >> 3;
+    const u32 row = static_cast<u32>(16 * ln.w + (m & 1) * 8 + (lane & 7));
+#pragma unroll
+    for (int kk = 0; kk < 16; ++kk) {
+      const u32 chunk = static_cast<u32>(32 * ln.wg + 2 * kk + (m >> 1));
+      sm90::stmatrix_x4(s.q + row * 1024u + ((chunk ^ (row & 7u)) << 4), pack_bf16x2(o[8 * kk + 0] * f0, o[8 * kk + 1] * f0),
+                        pack_bf16x2(o[8 * kk + 2] * f1, o[8 * kk + 3] * f1),
+                        pack_bf16x2(o[8 * kk + 4] * f0, o[8 * kk + 5] * f0),
+                        pack_bf16x2(o[8 * kk + 6] * f1, o[8 * kk + 7] * f1));
+    }
   }
   sm90::named_bar_sync(ln.wg == 0 ? kBarOutWg0 : kBarOutWg1, 128);
   const int t = static_cast<int>(threadIdx.x) & 127;

@@ -24,7 +24,8 @@
 //   - e4m3 wgmma needs both operands K-major, so P V (K = keys) needs V^T. Each consumer warpgroup
 //     transposes the V dims it multiplies (WG0 dims 0..255, WG1 256..511) of both blocks of a step
 //     into its own V^T slots (ldmatrix.trans + 4 byte permutes + stmatrix per 16 keys x 32 dims),
-//     overlapped with its wgmma. Keys inside a 16-key group are stored in the order in which the
+//     overlapped with its wgmma. Inside each 16-dim group the even dims take rows 0-7 and the odd
+//     dims rows 8-15 (conflict-free stmatrix); the epilogue undoes that column order. Keys inside a 16-key group are stored in the order in which the
 //     accumulator fragment of S already holds them as the e4m3 A fragment (see kKeyOrder below), so
 //     P goes from the score registers to the P V operand without shuffles.
 //   - A K stage half is released once its Q K^T and its transposition are done (not after P V), and
@@ -243,14 +244,20 @@ MJ_DEVICE void load_q_fp8(const SparsePrefillArgs& a, const SmemF8& s, i64 token
 }
 
 // V^T of one 64-key block for warpgroup `wg`: dims [256 wg, 256 wg + 256) (tiles 4 wg .. 4 wg + 3 of
-// the raw stage) into `slot` (row = dim - 256 wg, 64 bytes of keys in kKeyOrder, 64-byte swizzle).
+// the raw stage) into `slot` (64 bytes of keys in kKeyOrder per row, 64-byte swizzle; dim 256 wg +
+// 16 g + 2 a + e at row 16 g + 8 e + a, see dim_off).
 // Warp w handles keys 16 w .. 16 w + 15: per (tile, 32-dim half) one ldmatrix.trans x4 reads the
 // 16 keys x 32 dims as four 8x8 b16 matrices (b16 = a pair of dims), 4 byte permutes regroup them to
 // 4 dims x 4 keys per lane, one stmatrix x4 writes 32 V^T row pieces of 16 bytes.
 MJ_DEVICE void transpose_v(u32 raw, u32 slot, int wg, int w, int lane) {
   const u32 j = static_cast<u32>(lane) >> 3, i8 = static_cast<u32>(lane) & 7u;
   const u32 key = 16u * static_cast<u32>(w) + 8u * (j & 1u) + i8;               // ldmatrix row of this lane
-  const u32 dim_off = (j & 1u) + 16u * (j >> 1) + 2u * i8;                      // stmatrix row - 32-dim base
+  // stmatrix matrix j holds dims 2 i8 + (j & 1) + 16 (j >> 1) (rows i8); it goes to V^T rows
+  // 8 j + i8, i.e. dim 16 g + 2 a + e at row 16 g + 8 e + a. Eight consecutive rows per matrix hit
+  // eight distinct bank groups under the 64-byte swizzle; the natural order (row = dim) put rows r
+  // and r + 8 of a matrix on one bank group (2-way conflicts on every stmatrix, ncu). P V's output
+  // columns come out in the same order; finish<C, true> puts them back.
+  const u32 dim_off = 8u * j + i8;                                              // stmatrix row - 32-dim base
 #pragma unroll
   for (int tile = 0; tile < 4; ++tile) {
 #pragma unroll
@@ -470,7 +477,7 @@ MJ_DEVICE void consume_wg0_f8(const SparsePrefillArgs& a, const SmemF8& s, const
     sm90::fence_regs(o);
     sm90::fence_regs(p);
   }
-  finish<C>(a, output_staging<C>(s), ln, lane, token, head0, o, m0, m1, l0, l1);
+  finish<C, true>(a, output_staging<C>(s), ln, lane, token, head0, o, m0, m1, l0, l1);
 }
 
 // WG1: scores stage 1 (odd blocks), owns output columns 256..511.
@@ -550,7 +557,7 @@ MJ_DEVICE void consume_wg1_f8(const SparsePrefillArgs& a, const SmemF8& s, const
     }
     sm90::fence_regs(o);
   }
-  finish<C>(a, output_staging<C>(s), ln, lane, token, head0, o, m0, m1, l0, l1);
+  finish<C, true>(a, output_staging<C>(s), ln, lane, token, head0, o, m0, m1, l0, l1);
 }
 
 template <class C>
