@@ -258,18 +258,29 @@ MJ_DEVICE void transpose_v(u32 raw, u32 slot, int wg, int w, int lane) {
   // and r + 8 of a matrix on one bank group (2-way conflicts on every stmatrix, ncu). P V's output
   // columns come out in the same order; finish<C, true> puts them back.
   const u32 dim_off = 8u * j + i8;                                              // stmatrix row - 32-dim base
+  // MJ_SP90_F8_VT_BATCH (tile, half) pieces are loaded before any is stored: the ldmatrix / stmatrix
+  // asm are ordered (memory clobbers), so one at a time exposed each load's latency.
+#ifndef MJ_SP90_F8_VT_BATCH
+#define MJ_SP90_F8_VT_BATCH 2
+#endif
+  constexpr int kBatch = MJ_SP90_F8_VT_BATCH;
 #pragma unroll
-  for (int tile = 0; tile < 4; ++tile) {
+  for (int p0 = 0; p0 < 8; p0 += kBatch) {
+    u32 r[kBatch][4];
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      u32 r0, r1, r2, r3;
-      sm90::ldmatrix_x4_trans(raw + (4 * wg + tile) * kF8TileBytes + sm90::sw64_offset(key, 2u * hh + (j >> 1)), r0, r1,
-                              r2, r3);
+    for (int b = 0; b < kBatch; ++b) {
+      const int tile = (p0 + b) >> 1, hh = (p0 + b) & 1;
       // r0 / r1: keys 2 t', 2 t' + 1 (+ 8 for r1) x dims 2 q, 2 q + 1 (t' = lane % 4, q = lane / 4);
       // r2 / r3 the same 16 dims further.
+      sm90::ldmatrix_x4_trans(raw + (4 * wg + tile) * kF8TileBytes + sm90::sw64_offset(key, 2u * hh + (j >> 1)), r[b][0],
+                              r[b][1], r[b][2], r[b][3]);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int tile = (p0 + b) >> 1, hh = (p0 + b) & 1;
       const u32 ld = static_cast<u32>(64 * tile + 32 * hh) + dim_off;
-      sm90::stmatrix_x4(slot + sm90::sw64_offset(ld, static_cast<u32>(w)), prmt(r0, r1, 0x6420u), prmt(r0, r1, 0x7531u),
-                        prmt(r2, r3, 0x6420u), prmt(r2, r3, 0x7531u));
+      sm90::stmatrix_x4(slot + sm90::sw64_offset(ld, static_cast<u32>(w)), prmt(r[b][0], r[b][1], 0x6420u),
+                        prmt(r[b][0], r[b][1], 0x7531u), prmt(r[b][2], r[b][3], 0x6420u), prmt(r[b][2], r[b][3], 0x7531u));
     }
   }
 }
