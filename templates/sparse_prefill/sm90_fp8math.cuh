@@ -25,9 +25,10 @@
 //     transposes the V dims it multiplies (WG0 dims 0..255, WG1 256..511) of both blocks of a step
 //     into its own V^T slots (ldmatrix.trans + 4 byte permutes + stmatrix per 16 keys x 32 dims),
 //     overlapped with its wgmma. Inside each 16-dim group the even dims take rows 0-7 and the odd
-//     dims rows 8-15 (conflict-free stmatrix); the epilogue undoes that column order. Keys inside a 16-key group are stored in the order in which the
-//     accumulator fragment of S already holds them as the e4m3 A fragment (see kKeyOrder below), so
-//     P goes from the score registers to the P V operand without shuffles.
+//     dims rows 8-15 (conflict-free stmatrix); the epilogue undoes that column order. Keys inside
+//     a 16-key group are stored in the order in which the accumulator fragment of S already holds
+//     them as the e4m3 A fragment (see kKeyOrder below), so P goes from the score registers to the
+//     P V operand without shuffles.
 //   - A K stage half is released once its Q K^T and its transposition are done (not after P V), and
 //     the per-key arrays are double-buffered by step parity so the producer may run ahead.
 // Schedule: the 16-bit kernel's (WG0 even blocks, WG1 odd blocks, running max exchanged, each
@@ -55,6 +56,12 @@ constexpr int kF8BlockBytes = kQkTiles * kF8TileBytes;    // 36864: one 64-key b
 constexpr int kVtSlotBytes = 256 * 64;                    // 16384: V^T of one block, 256 dims x 64 keys
 constexpr u32 kBarVt0 = 7;                                // WG0 internal: its V^T slot 0 written
 constexpr float kPScale = 256.0f;                         // P is encoded as 256 P in e4m3 (max 448)
+// transpose_v loads this many (tile, 32-dim half) pieces before storing any: the ldmatrix /
+// stmatrix asm are ordered (memory clobbers), so one at a time exposed each load's latency. 2 is
+// fastest (notes 34; 4 spills).
+#ifndef MJ_SP90_F8_VT_BATCH
+#define MJ_SP90_F8_VT_BATCH 2
+#endif
 
 // The 16-bit kernel's Smem (barriers, per-key arrays, q / k / p1) plus what only FP8 math has.
 struct SmemF8 : Smem {
@@ -258,11 +265,6 @@ MJ_DEVICE void transpose_v(u32 raw, u32 slot, int wg, int w, int lane) {
   // and r + 8 of a matrix on one bank group (2-way conflicts on every stmatrix, ncu). P V's output
   // columns come out in the same order; finish<C, true> puts them back.
   const u32 dim_off = 8u * j + i8;                                              // stmatrix row - 32-dim base
-  // MJ_SP90_F8_VT_BATCH (tile, half) pieces are loaded before any is stored: the ldmatrix / stmatrix
-  // asm are ordered (memory clobbers), so one at a time exposed each load's latency.
-#ifndef MJ_SP90_F8_VT_BATCH
-#define MJ_SP90_F8_VT_BATCH 2
-#endif
   constexpr int kBatch = MJ_SP90_F8_VT_BATCH;
 #pragma unroll
   for (int p0 = 0; p0 < 8; p0 += kBatch) {
