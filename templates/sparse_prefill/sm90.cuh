@@ -124,10 +124,8 @@ enum : u32 {
   kBarOutWg1 = 6,   // WG1's output staged
 };
 
-// TUNE: development-only experiment bits, 0 in production (the generator never sets it); the
-// dev harness (dev/prefill90/) instantiates the others to measure alternatives side by side:
-//   1: bf16: no consumer-side proxy fence after a stage lands (what FlashMLA / CUTLASS cp.async
-//      mainloops do; not guaranteed by the PTX memory model)
+// TUNE: development-only experiment bits, 0 in production (the generator never sets it), kept to
+// measure alternatives side by side (a template directory with another default):
 //   2: fp8: 9-chunk load window instead of 6 (unit / per-row / x16 group scales)
 //   4: fp8: the producer fences its stores before arriving (drains its load window at every half)
 //      instead of the consumers fencing after the wait
@@ -174,7 +172,9 @@ struct Config {
   static constexpr bool kEmitLse = EMIT_LSE;
   static constexpr int kPageSize = PAGE_SIZE;
   static constexpr bool kProducerFence = KV_FP8 && (TUNE & 4) != 0;
-  static constexpr bool kConsumerFence = KV_FP8 ? !kProducerFence : (TUNE & 1) == 0;
+  static constexpr bool kConsumerFence = !kProducerFence;
+  // The producer fills the stages with cp.async only (no register path): bf16 rows, FP8 math.
+  static constexpr bool kStageByCpAsync = !KV_FP8 || FP8_MATH;
   static constexpr bool kWideWindow = (TUNE & 2) != 0;
 
   static constexpr int kCtasPerToken = (NUM_HEADS + 63) / 64;
@@ -912,14 +912,25 @@ MJ_DEVICE CtaWork cta_work(const SparsePrefillArgs& args) {
 }
 
 // Waits until a stage half is full and makes it readable by wgmma. The producer's writes (cp.async
-// or st.shared) are generic-proxy writes, wgmma reads through the async proxy: the proxy fence sits
-// in the causality chain producer store -> mbarrier release -> this acquire -> fence -> wgmma. It is
-// issued here rather than by the producer because a fence there would also wait for the producer's
-// in-flight row loads (MEMBAR.ALL.CTA), draining its prefetch window at every half.
+// or st.shared) are generic-proxy writes, wgmma reads through the async proxy.
+// - st.shared stages (fp8 decoded by the producer): the bidirectional proxy fence sits in the chain
+//   producer store -> mbarrier release -> this acquire -> fence -> wgmma. It is issued here rather
+//   than by the producer because a fence there would also wait for the producer's in-flight row
+//   loads (MEMBAR.ALL.CTA), draining its prefetch window at every half. It is needed in practice:
+//   with only the acquire form below these kernels read stale tiles (NaN outputs, notes 35).
+//   (TUNE 4 moves it to the producer.)
+// - cp.async stages (bf16 rows, FP8 math's raw e4m3 rows), whose data land through the
+//   cp.async.mbarrier.arrive completion: the acquire-form proxy fence, which emits no instruction on
+//   sm_90a: the same ordering as CUTLASS's cp.async GMMA mainloop (no fence at all) and FlashMLA.
+//   The bidirectional fence cost ~2 % of the bf16 kernel's time (notes 35).
 template <class C>
 MJ_DEVICE void wait_full(const Smem& s, int stage, int half, u32 parity) {
   sm90::mbar_wait(s.full[stage][half], parity);
-  if constexpr (C::kConsumerFence) sm90::fence_proxy_async_smem();
+  if constexpr (C::kStageByCpAsync) {
+    sm90::fence_proxy_async_acquire_smem();
+  } else if constexpr (C::kConsumerFence) {
+    sm90::fence_proxy_async_smem();
+  }
   sm90::wgmma_fence();
 }
 

@@ -107,6 +107,11 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
   CHECK(last_stderr().find("--shape scale_fmt: got \"e8m0\", expected fp32 | ue8m0") != std::string::npos);
   CHECK(cli("bench sparse_prefill --shape scale_fmt=ue8m0").code == 2);
   CHECK(last_stderr().find("params.scale_fmt: got ue8m0, expected fp32 for a cache without scales") != std::string::npos);
+  // layers: the bench cache's layer count, checked before any GPU use.
+  CHECK(cli("bench sparse_prefill --shape layers=0").code == 2);
+  CHECK(last_stderr().find("layers: got 0, expected 1..64") != std::string::npos);
+  CHECK(cli("bench sparse_prefill --shape layers=65").code == 2);
+  CHECK(last_stderr().find("layers: got 65, expected 1..64") != std::string::npos);
   CHECK(cli("bench kv_cache_store --anchor /nonexistent.so").code == 2);
   CHECK(last_stderr().find("only with OP mla_indexer or sparse_prefill") != std::string::npos);
   CHECK(cli("bench mla_indexer --anchor /nonexistent.so").code == 2);

@@ -24,8 +24,6 @@ namespace mlajit::bench {
 
 namespace {
 
-constexpr int kLayers = 2;
-constexpr int kLayer = 1;
 constexpr int kWarmup = 3;
 constexpr float kSoftmaxScale = 0.0416667f;
 // Bytes written before every timed launch so that neither kernel starts with the other's (or its
@@ -81,6 +79,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   MLAJIT_EXPECT(a.s_kv >= a.topk, "s_kv", a.s_kv, fmt::format(">= topk ({}): indices are distinct", a.topk));
   MLAJIT_EXPECT(a.s_kv <= (int64_t{1} << 30), "s_kv", a.s_kv, "<= 2^30");
   MLAJIT_EXPECT(a.reps >= 1, "reps", a.reps, ">= 1");
+  MLAJIT_EXPECT(a.layers >= 1 && a.layers <= 64, "layers", a.layers, "1..64");
   SparsePrefillParams p;
   p.kv_dtype = a.kv_dtype;
   p.num_q_heads = a.num_heads;
@@ -106,6 +105,8 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   const sparse_prefill::Path path = sparse_prefill::resolve_path(p, rt.arch(), requested);
 
   const int64_t T = a.s_q, H = a.num_heads;
+  // The cache interleaves `layers` layers page by page ([block, layer, page row]); the last is read.
+  const int kLayers = a.layers, kLayer = a.layers - 1;
   const int64_t stride = (a.topk + p.b_topk - 1) / p.b_topk * p.b_topk;
   const int64_t pages = (a.s_kv + p.page_size - 1) / p.page_size;
   const int64_t num_blocks = pages + 1;  // one block no sequence maps

@@ -1,7 +1,8 @@
 #pragma once
 // `mlajit bench sparse_prefill`: times sparse_prefill (SPEC §3) on the current GPU. s_q query
 // tokens attend to `topk` distinct random keys each out of s_kv tokens of one sequence whose pages
-// are shuffled through a lookup table, in a 2-layer paged latent cache (layer 1 read), bf16 or fp8
+// are shuffled through a lookup table, in a paged latent cache of `layers` layers (default 2, interleaved
+// page by page as the store writes them; the last layer is read), bf16 or fp8
 // (random positive scales per scale block), with 16-bit or (qk_math fp8, Hopper only) FP8 math.
 #include <cstdint>
 #include <string>
@@ -20,6 +21,7 @@ struct SparsePrefillBenchArgs {
   DType kv_dtype = DType::bf16;
   int b_topk = 64;
   int page_size = 64;
+  int layers = 2;  // layers of the paged cache (1..64); 1 = one contiguous layer, FlashMLA's own layout
   int scale_block_size = 0;  // fp8 only (0 = unit scales)
   ScaleFmt scale_fmt = ScaleFmt::fp32;  // ue8m0: the random scales are powers of two (params.scale_fmt)
   QkMath qk_math = QkMath::bf16;  // fp8: the FP8-math kernel (fp8 cache, scale_block_size 0 | 576, sm_90a)
