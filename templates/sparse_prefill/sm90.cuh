@@ -87,7 +87,9 @@
 // selects the 4-lanes-per-row producer (Fp8Producer) that group scales always use.
 // Proxy ordering: stage data are written through the generic proxy (cp.async, st.shared) and read
 // by wgmma through the async proxy; each consumer fences after acquiring a full barrier (a
-// producer-side fence would be a MEMBAR that waits for the producer's in-flight loads).
+// producer-side fence would be a MEMBAR that waits for the producer's in-flight loads): the full
+// fence after st.shared stages, the acquire form (no instruction on sm_90a) after cp.async ones
+// (wait_full says why).
 // L2: gathered rows evict-last (re-read by other tokens' CTAs), Q evict-first, output streaming.
 #include "sparse_prefill/args.h"
 #include "common/convert.cuh"
