@@ -31,8 +31,8 @@ ops and their shape keys (defaults in brackets; tokens / keys / topk mean what t
       --anchor LIB.so: also time LIB's anchor_mqa_logits (C ABI in src/ops/mla_indexer/bench.hpp)
   sparse_prefill
       tokens [4096] heads [128] topk [2048] keys [32768] kv_dtype [bf16] b_topk [64] page_size [64]
-      layers [2: the cache interleaves 2 layers page by page, the last is read; 1 = one contiguous
-        layer] scale_block_size [0] scale_fmt [fp32|ue8m0: power-of-two scales; group scales then run on the
+      layers [2: the cache interleaves 2 layers page by page, the last is read; 1 = one layer]
+      scale_block_size [0] scale_fmt [fp32|ue8m0: power-of-two scales; group scales then run on the
         Hopper kernel] sink [0] lse [1] path [auto|sm80|sm90] (also s_q = tokens, s_kv = keys)
       qk_math [bf16|fp8]: fp8 = the opt-in FP8-math kernel (Hopper only; needs kv_dtype=fp8_e4m3 and
         scale_block_size 0 or 576), e.g. --shape kv_dtype=fp8_e4m3,scale_block_size=576,qk_math=fp8

@@ -1,9 +1,9 @@
 #pragma once
 // `mlajit bench sparse_prefill`: times sparse_prefill (SPEC §3) on the current GPU. s_q query
 // tokens attend to `topk` distinct random keys each out of s_kv tokens of one sequence whose pages
-// are shuffled through a lookup table, in a paged latent cache of `layers` layers (default 2, interleaved
-// page by page as the store writes them; the last layer is read), bf16 or fp8
-// (random positive scales per scale block), with 16-bit or (qk_math fp8, Hopper only) FP8 math.
+// are shuffled through a lookup table, in a paged latent cache of `layers` layers (default 2,
+// interleaved page by page as the store writes them; the last layer is read), bf16 or fp8 (random
+// positive scales per scale block), with 16-bit or (qk_math fp8, Hopper only) FP8 math.
 #include <cstdint>
 #include <string>
 
