@@ -106,7 +106,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
 
   const int64_t T = a.s_q, H = a.num_heads;
   // The cache interleaves `layers` layers page by page ([block, layer, page row]); the last is read.
-  const int kLayers = a.layers, kLayer = a.layers - 1;
+  const int layers = a.layers, read_layer = a.layers - 1;
   const int64_t stride = (a.topk + p.b_topk - 1) / p.b_topk * p.b_topk;
   const int64_t pages = (a.s_kv + p.page_size - 1) / p.page_size;
   const int64_t num_blocks = pages + 1;  // one block no sequence maps
@@ -114,7 +114,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
 
   driver::DeviceBuffer q(static_cast<size_t>(T * H * 576 * 2));
   autotune::data::fill_random(q, DType::bf16, rng);
-  const size_t rows = static_cast<size_t>(num_blocks * kLayers * p.page_size);
+  const size_t rows = static_cast<size_t>(num_blocks * layers * p.page_size);
   driver::DeviceBuffer blocks(rows * 576 * dtype_size(p.kv_dtype));
   autotune::data::fill_random(blocks, p.kv_dtype, rng);
   driver::DeviceBuffer scales;
@@ -154,17 +154,17 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   driver::DeviceBuffer lse(static_cast<size_t>(T * H * 4));
 
   ops::PagedCacheView kv;
-  kv.blocks = TensorView(blocks.get(), p.kv_dtype, {num_blocks, 1, kLayers, p.page_size, 1, 576});
-  if (spt > 0) kv.scales = TensorView(scales.get(), DType::f32, {num_blocks, 1, kLayers, p.page_size, 1, spt});
+  kv.blocks = TensorView(blocks.get(), p.kv_dtype, {num_blocks, 1, layers, p.page_size, 1, 576});
+  if (spt > 0) kv.scales = TensorView(scales.get(), DType::f32, {num_blocks, 1, layers, p.page_size, 1, spt});
   const SparsePrefillArgs args = sparse_prefill::make_args(
       p, TensorView(q.get(), DType::bf16, {T, H, 576}), kv, TensorView(indices.get(), DType::u32, {T, stride}),
-      TensorView(lengths.get(), DType::u32, {T}), kLayer, kSoftmaxScale,
+      TensorView(lengths.get(), DType::u32, {T}), read_layer, kSoftmaxScale,
       p.attn_sink ? TensorView(sink.get(), DType::f32, {H}) : TensorView(),
       TensorView(out.get(), DType::bf16, {T, H, 512}), p.emit_lse ? TensorView(lse.get(), DType::f32, {T, H}) : TensorView());
   auto kernel = sparse_prefill::kernel_for(p, path);  // compile / load outside the timed region
 
   // The anchor's inputs: the same q, the same key rows (position pos of the sequence = physical
-  // row lut[pos / page] * page + pos % page of layer kLayer, as a contiguous bf16 [s_kv, 1, 576];
+  // row lut[pos / page] * page + pos % page of layer read_layer, as a contiguous bf16 [s_kv, 1, 576];
   // an fp8 cache is dequantised with its scales, e4m3 * scale rounded once to bf16) and the same
   // keys per query as plain int32 positions.
   driver::DeviceBuffer a_kv, a_idx, a_out, a_maxl, a_lse;
@@ -174,7 +174,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
     std::vector<uint8_t> page(page_bytes);
     std::vector<uint16_t> kv_h(static_cast<size_t>(a.s_kv) * 576);
     for (int64_t pg = 0; pg < pages; ++pg) {
-      const size_t row0 = static_cast<size_t>(lut[pg]) * kLayers * p.page_size + static_cast<size_t>(kLayer) * p.page_size;
+      const size_t row0 = static_cast<size_t>(lut[pg]) * layers * p.page_size + static_cast<size_t>(read_layer) * p.page_size;
       blocks.download(page.data(), page_bytes, row0 * 576 * es);
       for (int r = 0; r < p.page_size; ++r) {
         const int64_t pos = pg * p.page_size + r;
