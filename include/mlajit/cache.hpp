@@ -2,7 +2,8 @@
 // The on-disk kernel cache and the cache key.
 //
 // Key (cache_key): SHA-256, hex, over length-prefixed fields: the cache format version, the mlajit
-// version, the target arch, the NVRTC version, every compile option, the generated source, and the
+// version, the target arch, the NVRTC version, every compile option (the compiler's and, when it has
+// any, the kernel's own KernelSource::nvrtc_options), the generated source, and the
 // path and contents of every template the source includes (transitively). Anything that can change
 // the cubin is in the key, so an entry is never stale -- only unused (LRU eviction handles that).
 //

@@ -27,6 +27,10 @@ struct KernelSource {
   std::string min_arch;             // lowest target it compiles for, e.g. "sm_80" or "sm_90a"
   std::string min_arch_why;         // why, when the spec itself demands it (e.g. "qk_math fp8 ..."): part
                                     // of the error a lower target gets; "" = the generic message
+  // NVRTC options this kernel is compiled with on top of the compiler's fixed set (e.g. a ptxas
+  // setting measured faster for it), placed before MLAJIT_NVRTC_EXTRA_OPTIONS so that the knob can
+  // still override them. Part of the cache key; the generator also names them in the source header.
+  std::vector<std::string> nvrtc_options;
 };
 
 // Validates the spec and generates its source. Throws Error(InvalidArgument) for a bad spec.

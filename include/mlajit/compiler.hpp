@@ -57,8 +57,12 @@ class Compiler {
   // e.g. "13.0 (libnvrtc.so.13.0.88)"; throws Error(Compile) when NVRTC is missing.
   std::string nvrtc_version() const;
 
-  // The exact option list used for `arch` (validated) -- a cache key input.
+  // The compiler's option list for `arch` (validated) -- a cache key input, with the kernel's own
+  // options (which cache_key adds itself).
   std::vector<std::string> options(const std::string& arch) const;
+  // What NVRTC gets for `src`: options(arch) with src.nvrtc_options inserted before the
+  // MLAJIT_NVRTC_EXTRA_OPTIONS ones.
+  std::vector<std::string> options(const std::string& arch, const KernelSource& src) const;
 
   // Compiles `src` for `arch`. Throws Error(InvalidArgument) for a bad arch or an arch below
   // src.min_arch, Error(Compile) with the NVRTC log and the written source path on failure.

@@ -16,6 +16,13 @@ std::string cache_key(const KernelSource& src, const std::string& arch, const st
   h.update_field(nvrtc_version);
   h.update_field(std::to_string(options.size()));
   for (auto& o : options) h.update_field(o);
+  // The kernel's own options (KernelSource::nvrtc_options). Hashed only when present, so the keys
+  // of kernels without any are what they were before these existed.
+  if (!src.nvrtc_options.empty()) {
+    h.update_field("kernel options");
+    h.update_field(std::to_string(src.nvrtc_options.size()));
+    for (auto& o : src.nvrtc_options) h.update_field(o);
+  }
   h.update_field(src.code);
   auto templates = included_templates(src.code);
   h.update_field(std::to_string(templates.size()));

@@ -172,6 +172,13 @@ std::vector<std::string> Compiler::options(const std::string& arch) const {
   return o;
 }
 
+std::vector<std::string> Compiler::options(const std::string& arch, const KernelSource& src) const {
+  auto o = options(arch);
+  const auto extra = config::nvrtc_extra_options().size();  // the tail options(arch) appended
+  o.insert(o.end() - static_cast<std::ptrdiff_t>(extra), src.nvrtc_options.begin(), src.nvrtc_options.end());
+  return o;
+}
+
 CompiledKernel Compiler::compile(const KernelSource& src, const std::string& arch) const {
   validate_arch(arch);
   if (!arch_satisfies(arch, src.min_arch))
@@ -180,14 +187,14 @@ CompiledKernel Compiler::compile(const KernelSource& src, const std::string& arc
                       ? fmt::format("exactly {} ({})", src.min_arch,
                                     src.min_arch_why.empty() ? "the kernel uses arch-specific instructions" : src.min_arch_why)
                       : fmt::format("{} or newer{}", src.min_arch, src.min_arch_why.empty() ? "" : " (" + src.min_arch_why + ")"));
-  auto opts = options(arch);
+  const auto opts = options(arch, src);
   auto t0 = std::chrono::steady_clock::now();
   NvrtcRun run = run_nvrtc(src, opts, /*want_ptx=*/false);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   auto dump = config::dump_dir();
   // The files of one build are named after its cache key, as `mlajit cache ls` lists it.
-  const auto dump_name = [&] { return dump_base_name(src, arch, cache_key(src, arch, opts, nvrtc_version())); };
+  const auto dump_name = [&] { return dump_base_name(src, arch, cache_key(src, arch, options(arch), nvrtc_version())); };
   if (run.rc != nvrtc::kSuccess) {
     std::string dir = failure_dir();
     std::string base = dir + "/" + dump_name();

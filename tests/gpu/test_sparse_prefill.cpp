@@ -298,6 +298,9 @@ TEST_SUITE("sparse_prefill_small") {
         {"small fp8 sbs64 h64 b64 p64 sink", DType::fp8_e4m3, 64, 5, 192, 64, 64, 64, true, true},
         {"small fp8 sbs0 h16 b128 p128 nolse", DType::fp8_e4m3, 16, 5, 128, 128, 128, 0, false, false},
         {"small fp8 sbs576 h32 b64 p64", DType::fp8_e4m3, 32, 5, 128, 64, 64, 576, false, true},
+        // f16 tiles with two CTAs per token (80..128 heads) under the sanitizers too.
+        {"small fp8 sbs576 h128 b64 p64 sink", DType::fp8_e4m3, 128, 5, 192, 64, 64, 576, true, true},
+        {"small fp8 sbs0 h96 b128 p64 nolse", DType::fp8_e4m3, 96, 4, 256, 128, 64, 0, false, false},
         fp8_math_case("small fp8-math sbs576 h80 b64 p64 sink", 80, 5, 192, 64, 64, 576, true),
         fp8_math_case("small fp8-math sbs0 h16 b128 p16", 16, 5, 128, 128, 16, 0, false),
         ue8m0_case("small fp8 sbs64 ue8m0 h64 b64 p64 sink", 64, 5, 192, 64, 64, 64, true),

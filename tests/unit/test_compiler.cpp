@@ -80,6 +80,40 @@ TEST_CASE("options: fixed set, never fast math") {
   CHECK_THROWS_AS(Compiler::global().options("sm_75"), Error);
 }
 
+TEST_CASE("a kernel's own NVRTC options: before MLAJIT_NVRTC_EXTRA_OPTIONS, in the cache key, passed to NVRTC") {
+  auto src = mlajit_test::axpy_source(mlajit_test::axpy_spec(4));
+  REQUIRE(src.nvrtc_options.empty());
+  const std::string plain_key = cache_key(src, "sm_90a", {"-std=c++17"}, "13.0");
+  const std::string plain_base = cache_base_key(src, "sm_90a", {"-std=c++17"});
+  src.nvrtc_options = {"--ptxas-options=--register-usage-level=10"};
+  const std::string key = cache_key(src, "sm_90a", {"-std=c++17"}, "13.0");
+  CHECK(key != plain_key);  // cubins built with and without a kernel's options never mix
+  CHECK(cache_base_key(src, "sm_90a", {"-std=c++17"}) != plain_base);
+  auto other = src;
+  other.nvrtc_options = {"--ptxas-options=--register-usage-level=8"};
+  CHECK(cache_key(other, "sm_90a", {"-std=c++17"}, "13.0") != key);
+  {
+    ScopedEnv env("MLAJIT_NVRTC_EXTRA_OPTIONS", "-DMJ_TEST_EXTRA=1");
+    const auto base = Compiler::global().options("sm_90a");
+    const auto o = Compiler::global().options("sm_90a", src);
+    REQUIRE(o.size() == base.size() + 1);
+    CHECK(std::equal(base.begin(), base.end() - 1, o.begin()));  // the fixed options first
+    CHECK(o[o.size() - 2] == "--ptxas-options=--register-usage-level=10");
+    CHECK(o.back() == "-DMJ_TEST_EXTRA=1");  // the knob last: it can still override
+    if (nvrtc_or_skip()) CHECK_FALSE(Compiler::global().compile(src, "sm_90a").cubin.empty());
+  }
+  if (nvrtc_or_skip()) {  // really handed to NVRTC: an option it rejects fails the compile, named
+    src.nvrtc_options = {"--no-such-kernel-option"};
+    std::string e;
+    try {
+      Compiler::global().compile(src, "sm_90a");
+    } catch (const Error& x) {
+      e = x.what();
+    }
+    CHECK_MESSAGE(e.find("--no-such-kernel-option") != std::string::npos, e);
+  }
+}
+
 TEST_CASE("MLAJIT_NVRTC_EXTRA_OPTIONS: appended last, part of the cache key, validated") {
   const auto src = mlajit_test::axpy_source(mlajit_test::axpy_spec(4));
   std::vector<std::string> base;

@@ -426,9 +426,15 @@ TEST_CASE("sparse_prefill qk_math fp8 codegen: the Hopper FP8-math kernel only, 
         CHECK(a.entries[sparse_prefill::kEntrySm90].threads == 384u);
         CHECK(a.entries[sparse_prefill::kEntrySm90].smem_bytes == 189520u);
         CHECK(a.code.find("__trap()") != std::string::npos);
+        // Its own ptxas setting (notes 36), named in the source header too.
+        REQUIRE(a.nvrtc_options.size() == 1u);
+        CHECK(a.nvrtc_options[0] == "--ptxas-options=--register-usage-level=10");
+        CHECK(a.code.find("// NVRTC options of this kernel (besides the fixed ones): "
+                          "--ptxas-options=--register-usage-level=10\n") != std::string::npos);
         // The forced Hopper source is the same code (one cache entry); sm80 is refused.
         const KernelSource s90 = generate_sparse_prefill_mode(spec, sparse_prefill::Path::sm90);
         CHECK(s90.code == a.code);
+        CHECK(s90.nvrtc_options == a.nvrtc_options);
         CHECK(s90.min_arch == "sm_90a");
         const std::string e = error_of([&] { generate_sparse_prefill_mode(spec, sparse_prefill::Path::sm80); });
         CHECK_MESSAGE(e.find("sparse_prefill path sm80") != std::string::npos, e);
@@ -444,6 +450,7 @@ TEST_CASE("sparse_prefill qk_math fp8 codegen: the Hopper FP8-math kernel only, 
   CHECK(b.code.find("#include \"sparse_prefill/sm80.cuh\"") != std::string::npos);
   CHECK(b.min_arch == "sm_80");
   CHECK(b.min_arch_why.empty());
+  CHECK(b.nvrtc_options.empty());  // the 16-bit kernels keep ptxas's defaults
   CHECK(sparse_prefill::sm90_plan(bf16_math).smem_bytes != 189520);
   CHECK(KernelSpec{bf16_math}.name() != KernelSpec{fp8_math(576)}.name());
 }

@@ -17,6 +17,8 @@
 #include <string>
 #include <variant>
 
+#include <fmt/ranges.h>
+
 #include "ops/generators.hpp"
 #include "mlajit/error.hpp"
 #include "ops/sparse_prefill/launch.hpp"
@@ -83,14 +85,19 @@ KernelSource fp8_math_source(const KernelSpec& spec, const SparsePrefillParams& 
   if (mode != sparse_prefill::Path::automatic) src.name += std::string("_") + sparse_prefill::path_name(mode);
   src.min_arch = "sm_90a";
   src.min_arch_why = "qk_math fp8: FP8 tensor-core math runs on the Hopper kernel only; no portable kernel has it";
+  // ptxas's register-usage heuristic at its most aggressive level: -1.5 % cycles at s_kv 32K and
+  // 128K, -0.2 % at 8K (ncu, H100, docs/notes/sparse_prefill_sm90.md 36). The 16-bit kernels measured
+  // no better (bf16 within 0.6 % either way) or worse (fp8 f16 tiles +3.6 %) and keep the default.
+  src.nvrtc_options = {"--ptxas-options=--register-usage-level=10"};
   const auto plan = sparse_prefill::sm90_plan(p);
   std::string code = source_header(spec);
   code += fmt::format(
       "// sparse_prefill: q bf16 [T, {}, 576] quantized per token and head to e4m3, latent cache fp8_e4m3 (page "
       "{}, scale block {}), attention on FP8 tensor cores (qk_math fp8), out bf16 [T, {}, 512]{}{}\n"
-      "// Kernel compiled in this module: the Hopper FP8-math one (qk_math fp8 has no portable kernel).\n",
+      "// Kernel compiled in this module: the Hopper FP8-math one (qk_math fp8 has no portable kernel).\n"
+      "// NVRTC options of this kernel (besides the fixed ones): {}\n",
       p.num_q_heads, p.page_size, p.scale_block_size, p.num_q_heads, p.emit_lse ? ", lse f32 [T, H]" : "",
-      p.attn_sink ? ", attention sink" : "");
+      p.attn_sink ? ", attention sink" : "", fmt::join(src.nvrtc_options, " "));
   // The host never builds this source for another target (min_arch); this keeps an offline
   // compile of a dump (`mlajit gen --expand` | nvcc) from producing a module that cannot run.
   code += "#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
