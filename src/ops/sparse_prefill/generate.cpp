@@ -86,8 +86,10 @@ KernelSource fp8_math_source(const KernelSpec& spec, const SparsePrefillParams& 
   src.min_arch = "sm_90a";
   src.min_arch_why = "qk_math fp8: FP8 tensor-core math runs on the Hopper kernel only; no portable kernel has it";
   // ptxas's register-usage heuristic at its most aggressive level: -1.5 % cycles at s_kv 32K and
-  // 128K, -0.2 % at 8K (ncu, H100, docs/notes/sparse_prefill_sm90.md 36). The 16-bit kernels measured
-  // no better (bf16 within 0.6 % either way) or worse (fp8 f16 tiles +3.6 %) and keep the default.
+  // 128K, -0.2 % at 8K (ncu, H100, docs/notes/sparse_prefill_sm90.md 36). The 16-bit sources keep
+  // the default: bf16 gained at most 0.8 % at any level, and its module also holds the portable
+  // kernel, which sm_80 targets would compile with the same options unmeasured; fp8 on f16 tiles
+  // lost 3-9 % at every other level.
   src.nvrtc_options = {"--ptxas-options=--register-usage-level=10"};
   const auto plan = sparse_prefill::sm90_plan(p);
   std::string code = source_header(spec);
