@@ -79,6 +79,8 @@ class Compiler {
   static unsigned long compile_count();
 
  private:
+  // The fixed options, then `kernel_options`, then MLAJIT_NVRTC_EXTRA_OPTIONS (read once).
+  std::vector<std::string> options_with(const std::string& arch, const std::vector<std::string>& kernel_options) const;
   std::atomic<bool> use_pch_{false};
   std::atomic<bool> line_info_{false};
 };

@@ -160,23 +160,25 @@ std::string Compiler::nvrtc_version() const {
   return fmt::format("{}.{} ({})", a.major, a.minor, file);
 }
 
-std::vector<std::string> Compiler::options(const std::string& arch) const {
+std::vector<std::string> Compiler::options_with(const std::string& arch,
+                                                const std::vector<std::string>& kernel_options) const {
   validate_arch(arch);
   std::vector<std::string> o = {"-std=c++17", "--gpu-architecture=" + arch, "-default-device", "-DNDEBUG"};
   if (line_info_.load(std::memory_order_relaxed)) o.push_back("-lineinfo");
   if (use_pch_.load(std::memory_order_relaxed)) o.push_back("--pch");
+  o.insert(o.end(), kernel_options.begin(), kernel_options.end());
   // Development knob (A/B of compiler options with one binary): appended last so that a repeated
-  // option overrides the fixed one where NVRTC lets the last occurrence win. Being part of the
-  // returned list, it is part of every cache key: cubins built with and without it never mix.
+  // option overrides the fixed one (or a kernel's own) where NVRTC lets the last occurrence win.
+  // Being part of the returned list, it is part of every cache key: cubins built with and without
+  // it never mix.
   for (auto& x : config::nvrtc_extra_options()) o.push_back(std::move(x));
   return o;
 }
 
+std::vector<std::string> Compiler::options(const std::string& arch) const { return options_with(arch, {}); }
+
 std::vector<std::string> Compiler::options(const std::string& arch, const KernelSource& src) const {
-  auto o = options(arch);
-  const auto extra = config::nvrtc_extra_options().size();  // the tail options(arch) appended
-  o.insert(o.end() - static_cast<std::ptrdiff_t>(extra), src.nvrtc_options.begin(), src.nvrtc_options.end());
-  return o;
+  return options_with(arch, src.nvrtc_options);
 }
 
 CompiledKernel Compiler::compile(const KernelSource& src, const std::string& arch) const {
