@@ -38,7 +38,8 @@ ops and their shape keys (defaults in brackets; tokens / keys / topk mean what t
         scale_block_size 0 or 576), e.g. --shape kv_dtype=fp8_e4m3,scale_block_size=576,qk_math=fp8
       --anchor LIB.so: also time LIB's anchor_sparse_prefill_bf16 on the same inputs, interleaved
       (C ABI in src/ops/sparse_prefill/bench.hpp); prints both TFLOP/s, the ratio and the output diff
-      (an fp8 cache reaches the anchor dequantised to bf16, with either qk_math)
+      (an fp8 cache reaches the anchor dequantised to bf16, with either qk_math); the anchor runs
+      twice per rep: without per-token lengths and given them (mlajit always reads topk_lengths)
 )";
 
 void print_summary(const std::string& op, const nlohmann::json& r) {
@@ -72,6 +73,11 @@ void print_summary(const std::string& op, const nlohmann::json& r) {
       std::printf("  anchor: %.3f ms median, %.1f TFLOP/s; mlajit / anchor speed %.3fx; out rel err %.2e, lse max diff %.2e\n",
                   an["ms_median"].get<double>(), an["tflops"].get<double>(), an["ratio"].get<double>(),
                   an["compare"]["out_rel_frobenius"].get<double>(), an["compare"].value("lse_max_abs_diff", 0.0));
+      if (an.contains("with_topk_length")) {
+        const auto& wl = an["with_topk_length"];
+        std::printf("  anchor given topk_length (as mlajit reads it): %.3f ms median, %.1f TFLOP/s; mlajit / anchor speed %.3fx\n",
+                    wl["ms_median"].get<double>(), wl["tflops"].get<double>(), wl["ratio"].get<double>());
+      }
     }
   } else {
     std::printf("%s: %.4f ms median (min %.4f, max %.4f), %.0f GB/s = %.1f%% of %.0f GB/s copy bandwidth; "

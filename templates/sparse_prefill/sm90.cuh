@@ -42,7 +42,10 @@
 //   FP8_MATH    (9th, defaulted false) params qk_math fp8: Q K^T and P V on e4m3 wgmma with Q quantised
 //               per head; needs KV_FP8 and SCALE_BLOCK 0 or 576; 189520 bytes of shared memory.
 //               The body is sparse_prefill/sm90_fp8math.cuh (its header says what differs).
-//   TUNE        (10th, defaulted) development-only experiment bits; the generator leaves it 0.
+//   POW2_SCALES (10th, defaulted false) params scale_fmt ue8m0: every group scale is a power of two,
+//               so the group decode multiplies each pair once by scale * 2^56 (exact) instead of the
+//               split hi + lo multiply that rounds arbitrary scales once (-3 to -5 % cycles, notes 37).
+//   TUNE        (11th, defaulted) development-only experiment bits; the generator leaves it 0.
 // Args: every pointer of SparsePrefillArgs that the configuration uses must be valid; sm_scale must
 // be finite and >= 0 (the running max is taken on scaled scores). Absolute row indices must fit in
 // 32 bits (any cache that fits in device memory: 2^32 rows would be >= 2.4 TB).
@@ -75,7 +78,8 @@
 // fp8 decode, unit / per-row scales (C::kF16): one cvt.rn.f16x2.e4m3x2 per pair into f16 tiles; the
 // consumers then run the f16 wgmma (same rate as bf16) with Q and P in f16 too.
 // fp8 decode, group scales: e4m3 bits are moved into a bf16 (sign | magnitude << 4: exact, value * 2^-120) and
-// multiplied by 2^56 (unit / per-row) or by group scale * 2^56 (split hi + lo, one rounding), so the
+// multiplied by 2^56 (unit / per-row) or by group scale * 2^56 (split hi + lo, one rounding; one
+// exact multiply when the scales are powers of two, POW2_SCALES), so the
 // tile holds K * 2^-64: no overflow for scales up to 2^71, and P V products stay far from the f32
 // subnormal range. The 2^64 is folded back into the score multiplier and the output. Per-row scales
 // (SCALE_BLOCK 576) are folded into the score multiplier and P instead of the tile. The fp8
@@ -134,6 +138,16 @@ enum : u32 {
 // setmaxnreg split of the fp8 configs on f16 tiles (unit / per-row scales): 88 / 208 buys the
 // producer a 12-deep load window (MJ_SP90_F16_WINDOW 12); the consumers do not spill more at 208
 // (at 200 ptxas serialises their wgmma). Every other config keeps 72 / 216.
+// Load window of the group-scale decode (one scale per chunk). 9 measured +4 % (notes 37).
+#ifndef MJ_SP90_GROUP_WINDOW
+#define MJ_SP90_GROUP_WINDOW 6
+#endif
+// The first step's index slots hinted into L2 at CTA start (cta_work): 1 on, 0 off, -1 (default) on
+// for the 16-bit kernels (bf16 -0.5 % cycles at 32K, -0.3 % at 8K, 0.0 at 128K) and off for FP8
+// math (+0.2 %), notes 37.
+#ifndef MJ_SP90_INDEX_PREFETCH
+#define MJ_SP90_INDEX_PREFETCH -1
+#endif
 #ifndef MJ_SP90_F16_PRODUCER_REGS
 #define MJ_SP90_F16_PRODUCER_REGS 72
 #endif
@@ -141,7 +155,7 @@ enum : u32 {
 #define MJ_SP90_F16_CONSUMER_REGS 216
 #endif
 template <int NUM_HEADS, int B_TOPK, bool KV_FP8, int SCALE_BLOCK, bool ATTN_SINK, bool EMIT_LSE, int PAGE_SIZE,
-          int NUM_STAGES, bool FP8_MATH = false, int TUNE = 0>
+          int NUM_STAGES, bool FP8_MATH = false, bool POW2_SCALES = false, int TUNE = 0>
 struct Config {
   static_assert(NUM_HEADS >= 16 && NUM_HEADS <= 128 && NUM_HEADS % 16 == 0,
                 "sparse_prefill_sm90: NUM_HEADS must be a multiple of 16 in [16, 128]");
@@ -163,6 +177,7 @@ struct Config {
   static constexpr int kScalesPerToken = SCALE_BLOCK == 0 ? 0 : kQkDim / SCALE_BLOCK;
   static constexpr bool kRowScale = KV_FP8 && SCALE_BLOCK == kQkDim;                   // folded into scores/P
   static constexpr bool kGroupScale = KV_FP8 && SCALE_BLOCK != 0 && SCALE_BLOCK != kQkDim;  // multiplied in tile
+  static constexpr bool kPow2Scales = kGroupScale && POW2_SCALES;  // scale_fmt ue8m0: one exact multiply
   // fp8 with unit or per-row scales: the tiles hold f16 (e4m3 -> f16 is one exact cvt per pair, and
   // the f16 wgmma runs at the bf16 rate); Q and P are converted to f16 too (see load_q). Group
   // scales multiply in the tile and keep the bf16 decode with its 2^-64 bias (wider range).
@@ -509,7 +524,9 @@ struct Fp8Producer {
   // Loads in flight per thread (divides 36, so ring slots repeat each step): 6 x 16 B x 128 threads
   // = 12 KB per SM in flight, enough for ~14 B/clk at ~800 clk L2 latency. Two scale floats per
   // chunk (and the group-boundary decode) leave registers for shorter windows only.
-  static constexpr int kWindow = C::kF16 ? MJ_SP90_F16_WINDOW : Scales::kPerChunk < 2 ? (C::kWideWindow ? 9 : 6) : C::kScaleBlock % 8 == 0 ? 4 : 2;
+  static constexpr int kWindow = C::kF16 ? MJ_SP90_F16_WINDOW
+                                 : Scales::kPerChunk < 2 ? (C::kWideWindow ? 9 : MJ_SP90_GROUP_WINDOW)
+                                 : C::kScaleBlock % 8 == 0 ? 4 : 2;
   static_assert(Plan::kChunks % kWindow == 0, "window must divide the chunks per step");
 
   const SparsePrefillArgs& a;
@@ -590,6 +607,13 @@ struct Fp8Producer {
     // the f32 subnormal range, where the tensor cores may flush them.
     if constexpr (C::kF16) {
       // exact f16 values: no scaling
+    } else if constexpr (C::kPow2Scales && Scales::kPerChunk == 1) {
+      // Power-of-two scales (scale_fmt ue8m0): s * 2^56 is a bf16 exactly, so one multiply per pair
+      // gives e * s * 2^-64 exactly (the split below would add a zero low part). A scale that is
+      // not a power of two is rounded to bf16 here before the product is rounded.
+      const u32 h = f32_to_bf16(sc[slot].v[0] * kTwoPow56), m = h | (h << 16);
+#pragma unroll
+      for (int w = 0; w < 8; ++w) out[w] = mul_bf16x2(out[w], m);
     } else if constexpr (C::kGroupScale) {
       u32 hi[8], lo[8];
       chunk_multipliers<C>(sc[slot], 4 * tile + cv, hi, lo);
@@ -904,6 +928,19 @@ struct CtaWork {
 };
 template <class C>
 MJ_DEVICE CtaWork cta_work(const SparsePrefillArgs& args) {
+  constexpr bool kIndexPrefetch = MJ_SP90_INDEX_PREFETCH == 1 || (MJ_SP90_INDEX_PREFETCH == -1 && !C::kFp8Math);
+  if constexpr (kIndexPrefetch) {
+    // The producer's first index loads wait for topk_lengths[token] (SPEC §3: slots past the
+    // length are never read), so at CTA start two DRAM round trips run back to back. Five lanes of
+    // the producer hint the row's first 160 slots (the first step's 128) into L2 while the length
+    // is in flight: a prefetch moves no value into the program, and the row is allocated up to its
+    // stride.
+    const u32 pt = threadIdx.x - 256u;
+    if (pt < 5u && static_cast<i64>(32 * pt) < args.indices_stride) {
+      const u32* row = args.indices + (static_cast<i64>(blockIdx.x) / C::kCtasPerToken) * args.indices_stride;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(row + 32 * pt));
+    }
+  }
   CtaWork w;
   w.token = static_cast<i64>(blockIdx.x) / C::kCtasPerToken;
   w.head0 = static_cast<int>(blockIdx.x % C::kCtasPerToken) * C::kHeadsPerCta;

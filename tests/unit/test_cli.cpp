@@ -168,7 +168,7 @@ TEST_CASE("cli: an FP8-math prefill is refused for a non-Hopper target, naming q
   // Its source needs no target to be generated: the FP8-math Config, not the portable body.
   Run g = cli("gen " + cfg);
   REQUIRE(g.code == 0);
-  CHECK(g.out.find("/*fp8_math*/ true>") != std::string::npos);
+  CHECK(g.out.find("/*fp8_math*/ true, /*pow2_scales*/ false>") != std::string::npos);
   CHECK(g.out.find("sparse_prefill/sm80.cuh") == std::string::npos);
 }
 

@@ -408,8 +408,8 @@ TEST_CASE("sparse_prefill qk_math fp8 codegen: the Hopper FP8-math kernel only, 
         CHECK(a.code.find("#include \"sparse_prefill/sm90.cuh\"") != std::string::npos);
         CHECK(a.code.find("sparse_prefill/sm80.cuh") == std::string::npos);
         CHECK(a.code.find("sparse_prefill_sm80::") == std::string::npos);
-        CHECK(a.code.find(fmt::format("/*page_size*/ {}, /*num_stages*/ 2,\n    /*fp8_math*/ true>", p.page_size)) !=
-              std::string::npos);
+        CHECK(a.code.find(fmt::format("/*page_size*/ {}, /*num_stages*/ 2,\n    /*fp8_math*/ true, /*pow2_scales*/ false>",
+                                      p.page_size)) != std::string::npos);
         CHECK(a.code.find(fmt::format("/*scale_block*/ {}, /*attn_sink*/ {}, /*emit_lse*/ {}", sbs,
                                       p.attn_sink ? "true" : "false", p.emit_lse ? "true" : "false")) != std::string::npos);
         CHECK(a.code.find("kSmemBytes == 189520") != std::string::npos);
@@ -446,7 +446,7 @@ TEST_CASE("sparse_prefill qk_math fp8 codegen: the Hopper FP8-math kernel only, 
   SparsePrefillParams bf16_math = fp8_math(576);
   bf16_math.qk_math = QkMath::bf16;
   const KernelSource b = generate(KernelSpec{bf16_math});
-  CHECK(b.code.find("/*fp8_math*/ false>") != std::string::npos);
+  CHECK(b.code.find("/*fp8_math*/ false, /*pow2_scales*/ false>") != std::string::npos);
   CHECK(b.code.find("#include \"sparse_prefill/sm80.cuh\"") != std::string::npos);
   CHECK(b.min_arch == "sm_80");
   CHECK(b.min_arch_why.empty());
@@ -503,4 +503,32 @@ TEST_CASE("sparse_prefill qk_math fp8: a negative softmax scale is refused befor
   SparsePrefillParams bf16_math = p;
   bf16_math.qk_math = QkMath::bf16;
   CHECK_NOTHROW(sparse_prefill::make_args(bf16_math, q, kv, idx, len, 1, -0.05f, TensorView(), out, lse));
+}
+
+TEST_CASE("sparse_prefill scale_fmt ue8m0 tells the Hopper kernel its group scales are powers of two") {
+  // The Config's pow2_scales flag selects the one-multiply group decode (exact for powers of two
+  // only), so it must follow scale_fmt exactly: on for ue8m0, off for fp32 scales, and part of the
+  // source (hence of the cache key).
+  for (int sbs : {16, 64, 192, 576}) {
+    for (ScaleFmt fmt_ : {ScaleFmt::fp32, ScaleFmt::ue8m0}) {
+      SparsePrefillParams p;
+      p.kv_dtype = DType::fp8_e4m3;
+      p.num_q_heads = 128;
+      p.scale_block_size = sbs;
+      p.scale_fmt = fmt_;
+      const KernelSpec spec{p};
+      CAPTURE(spec.name());
+      const KernelSource s90 = generate_sparse_prefill_mode(spec, sparse_prefill::Path::sm90);
+      const bool pow2 = fmt_ == ScaleFmt::ue8m0;
+      CHECK(s90.code.find(fmt::format("/*fp8_math*/ false, /*pow2_scales*/ {}>", pow2 ? "true" : "false")) !=
+            std::string::npos);
+    }
+  }
+  SparsePrefillParams a;
+  a.kv_dtype = DType::fp8_e4m3;
+  a.scale_block_size = 64;
+  SparsePrefillParams b = a;
+  b.scale_fmt = ScaleFmt::ue8m0;
+  CHECK(generate_sparse_prefill_mode(KernelSpec{a}, sparse_prefill::Path::sm90).code !=
+        generate_sparse_prefill_mode(KernelSpec{b}, sparse_prefill::Path::sm90).code);
 }

@@ -199,17 +199,25 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
 
   Stream stream = driver::create_stream();
   auto run_mlajit = [&] { sparse_prefill::launch(*kernel, p, path, args, stream); };
-  auto run_anchor = [&] {
+  // The anchor twice: without per-token lengths (its default instantiation: every row has `topk`
+  // keys, no length load) and with them (its topk_length instantiation reads topk_length[t] first,
+  // as mlajit always reads topk_lengths[t]: the same work). The lengths
+  // buffer holds `topk` for every token either way, so both compute the same output.
+  auto run_anchor = [&](bool with_lengths) {
     const int rc = anchor->run(q.get(), a_kv.get(), a.s_kv, static_cast<const int*>(a_idx.get()), static_cast<int>(T),
                                static_cast<int>(H), a.topk, kSoftmaxScale,
-                               p.attn_sink ? static_cast<const float*>(sink.get()) : nullptr, nullptr, a_out.get(),
+                               p.attn_sink ? static_cast<const float*>(sink.get()) : nullptr,
+                               with_lengths ? static_cast<const int*>(lengths.get()) : nullptr, a_out.get(),
                                static_cast<float*>(a_maxl.get()), static_cast<float*>(a_lse.get()), stream);
     if (rc != 0) throw_error(ErrorKind::Driver, "anchor_sparse_prefill_bf16 ({}) returned {}", a.anchor, rc);
   };
   // Interleaved reps, each after an L2 flush (autotune::time_interleaved, the one timing loop):
   // mlajit and the anchor see the same machine state.
   std::vector<std::function<void(Stream)>> launches{[&](Stream) { run_mlajit(); }};
-  if (with_anchor) launches.push_back([&](Stream) { run_anchor(); });
+  if (with_anchor) {
+    launches.push_back([&](Stream) { run_anchor(false); });
+    launches.push_back([&](Stream) { run_anchor(true); });
+  }
   const std::vector<autotune::Timing> timings = autotune::time_interleaved(launches, kWarmup, a.reps, stream);
   driver::stream_synchronize(stream);
   driver::destroy_stream(stream);
@@ -233,7 +241,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   j["tflops"] = flops / (median * 1e-3) / 1e12;
   j["tflops_best"] = flops / (best * 1e-3) / 1e12;
   if (with_anchor) {
-    const double am = timings[1].median_ms;
+    const double am = timings[1].median_ms, aml = timings[2].median_ms;
     // Same inputs: with 16-bit math the outputs agree to bf16 rounding (fp8 caches: the anchor
     // reads the bf16-dequantised rows, mlajit the fp8 ones with their scales); with qk_math fp8 the
     // difference is the FP8-math error (e4m3 Q and P) on top.
@@ -256,6 +264,8 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
                    {"ms_median", am},
                    {"tflops", flops / (am * 1e-3) / 1e12},
                    {"ratio", am / median},  // mlajit speed / anchor speed (> 1: mlajit faster)
+                   {"with_topk_length",
+                    {{"ms_median", aml}, {"tflops", flops / (aml * 1e-3) / 1e12}, {"ratio", aml / median}}},
                    {"compare", cmp}};
   }
   return j;

@@ -52,7 +52,9 @@ struct SparsePrefillBenchArgs {
 //    "flops" (2 * sum(topk_lengths) * H * (576 + 512)), "ms": {"median", "min", "max"},
 //    "tflops" (flops / median), "tflops_best" (flops / min)}, and with an anchor
 //    "anchor": {"library", "info", "ms_median", "tflops", "ratio" (anchor ms / mlajit ms: > 1 means
-//    mlajit is faster), "compare": {"out_rel_frobenius", "lse_max_abs_diff"}} (mlajit vs anchor).
+//    mlajit is faster), "with_topk_length": {"ms_median", "tflops", "ratio"} (the anchor again, given
+//    the per-token lengths that mlajit always reads; timed in the same interleaved reps),
+//    "compare": {"out_rel_frobenius", "lse_max_abs_diff"}} (mlajit vs anchor).
 // Every timed launch follows a 256 MiB device write (L2 flush).
 // Throws Error(InvalidArgument) for bad arguments, Error(Driver) without a GPU.
 nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args);
