@@ -135,9 +135,6 @@ enum : u32 {
 //   2: fp8: 9-chunk load window instead of 6 (unit / per-row / x16 group scales)
 //   4: fp8: the producer fences its stores before arriving (drains its load window at every half)
 //      instead of the consumers fencing after the wait
-// setmaxnreg split of the fp8 configs on f16 tiles (unit / per-row scales): 88 / 208 buys the
-// producer a 12-deep load window (MJ_SP90_F16_WINDOW 12); the consumers do not spill more at 208
-// (at 200 ptxas serialises their wgmma). Every other config keeps 72 / 216.
 // Load window of the group-scale decode (one scale per chunk). 9 measured +4 % (notes 37).
 #ifndef MJ_SP90_GROUP_WINDOW
 #define MJ_SP90_GROUP_WINDOW 6
@@ -148,6 +145,9 @@ enum : u32 {
 #ifndef MJ_SP90_INDEX_PREFETCH
 #define MJ_SP90_INDEX_PREFETCH -1
 #endif
+// setmaxnreg split of the fp8 configs on f16 tiles (unit / per-row scales): 88 / 208 buys the
+// producer a 12-deep load window (MJ_SP90_F16_WINDOW 12); the consumers do not spill more at 208
+// (at 200 ptxas serialises their wgmma). Every other config keeps 72 / 216.
 #ifndef MJ_SP90_F16_PRODUCER_REGS
 #define MJ_SP90_F16_PRODUCER_REGS 72
 #endif

@@ -201,8 +201,8 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   auto run_mlajit = [&] { sparse_prefill::launch(*kernel, p, path, args, stream); };
   // The anchor twice: without per-token lengths (its default instantiation: every row has `topk`
   // keys, no length load) and with them (its topk_length instantiation reads topk_length[t] first,
-  // as mlajit always reads topk_lengths[t]: the same work). The lengths
-  // buffer holds `topk` for every token either way, so both compute the same output.
+  // as mlajit always reads topk_lengths[t]: the same work). The lengths buffer holds `topk` for
+  // every token, so both compute the same output.
   auto run_anchor = [&](bool with_lengths) {
     const int rc = anchor->run(q.get(), a_kv.get(), a.s_kv, static_cast<const int*>(a_idx.get()), static_cast<int>(T),
                                static_cast<int>(H), a.topk, kSoftmaxScale,
