@@ -142,6 +142,9 @@ SparsePrefillProblem make_random_problem(const SparsePrefillParams& p, const Spa
   if (s.layer_idx < 0 || s.layer_idx >= s.num_layers)
     throw std::invalid_argument("make_random_problem: layer_idx " + std::to_string(s.layer_idx) +
                                 " outside [0, num_layers=" + std::to_string(s.num_layers) + ")");
+  if (s.ue8m0_group_exp_lo > s.ue8m0_group_exp_hi)
+    throw std::invalid_argument("make_random_problem: ue8m0_group_exp_lo " + std::to_string(s.ue8m0_group_exp_lo) +
+                                " > ue8m0_group_exp_hi " + std::to_string(s.ue8m0_group_exp_hi));
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.f, 1.f);
 
@@ -183,9 +186,10 @@ SparsePrefillProblem make_random_problem(const SparsePrefillParams& p, const Spa
       const bool ue8m0 = p.scale_fmt == ScaleFmt::ue8m0;
       for (int b = 0; b < spt; ++b) {
         if (ue8m0) {
-          // Groups of one row 2^-3..2^3 apart in magnitude, so that their power-of-two scales
-          // differ (a kernel applying a neighbour's scale, or none, fails).
-          const float mag = std::ldexp(1.0f, static_cast<int>(rng() % 7u) - 3);
+          // Groups of one row 2^lo..2^hi apart in magnitude (default -3..3), so that their
+          // power-of-two scales differ (a kernel applying a neighbour's scale, or none, fails).
+          const int lo = s.ue8m0_group_exp_lo, span = s.ue8m0_group_exp_hi - lo + 1;
+          const float mag = std::ldexp(1.0f, static_cast<int>(rng() % static_cast<uint32_t>(span)) + lo);
           for (int d = b * sbs; d < (b + 1) * sbs; ++d) x[d] *= mag;
         }
         float amax = 0;

@@ -87,6 +87,9 @@ struct SparsePrefillShape {
   // tokens with no valid slot, and lengths drawn in [1, stride] (never a multiple of b_topk unless
   // it is the stride). Benchmarks turn these off.
   bool irregular = true;
+  // scale_fmt ue8m0 data: each group of a row is scaled by 2^k, k uniform in [lo, hi], before it is
+  // quantized, so that the row's power-of-two scales differ (by up to 2^(hi - lo)).
+  int ue8m0_group_exp_lo = -3, ue8m0_group_exp_hi = 3;
 };
 
 // Random normal q and cache (bf16, or fp8 quantized per scale block with scale = amax / 448;

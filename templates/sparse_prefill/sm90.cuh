@@ -135,6 +135,11 @@ enum : u32 {
 //   2: fp8: 9-chunk load window instead of 6 (unit / per-row / x16 group scales)
 //   4: fp8: the producer fences its stores before arriving (drains its load window at every half)
 //      instead of the consumers fencing after the wait
+// Power-of-two group scales (scale_fmt ue8m0, widths 64 and 192) decoded to f16 tiles (1) or to the
+// bf16 tiles of the other group scales (0).
+#ifndef MJ_SP90_UE8M0_F16
+#define MJ_SP90_UE8M0_F16 1
+#endif
 // Load window of the group-scale decode (one scale per chunk). 9 measured +4 % (notes 37).
 #ifndef MJ_SP90_GROUP_WINDOW
 #define MJ_SP90_GROUP_WINDOW 6
@@ -178,10 +183,19 @@ struct Config {
   static constexpr bool kRowScale = KV_FP8 && SCALE_BLOCK == kQkDim;                   // folded into scores/P
   static constexpr bool kGroupScale = KV_FP8 && SCALE_BLOCK != 0 && SCALE_BLOCK != kQkDim;  // multiplied in tile
   static constexpr bool kPow2Scales = kGroupScale && POW2_SCALES;  // scale_fmt ue8m0: one exact multiply
+  // Power-of-two group scales on f16 tiles (MJ_SP90_UE8M0_F16): each row is decoded as e4m3 x
+  // 2^(e_g - R) with a per-row power of two 2^R folded into the scores and P like a per-row scale;
+  // exact while the row's group exponents fit f16's range around R (Fp8Producer::finish_row_scales).
+  // Widths that are multiples of 64 (64, 192): a 64-dim tile then lies in one group, so every lane
+  // of a row takes the same multiplier per tile (9 or 3 scales per row).
+  static constexpr bool kF16Group = MJ_SP90_UE8M0_F16 && kPow2Scales && !FP8_MATH && SCALE_BLOCK % 64 == 0;
   // fp8 with unit or per-row scales: the tiles hold f16 (e4m3 -> f16 is one exact cvt per pair, and
   // the f16 wgmma runs at the bf16 rate); Q and P are converted to f16 too (see load_q). Group
   // scales multiply in the tile and keep the bf16 decode with its 2^-64 bias (wider range).
-  static constexpr bool kF16 = KV_FP8 && !kGroupScale && !FP8_MATH;
+  static constexpr bool kF16 = KV_FP8 && (!kGroupScale || kF16Group) && !FP8_MATH;
+  // Scores and P multiplied by a per-key factor from s.colscale: the per-row scale, or the per-row
+  // power of two of kF16Group.
+  static constexpr bool kColScale = kRowScale || kF16Group;
   // FP8 math (params qk_math fp8, sparse_prefill/sm90_fp8math.cuh): Q quantised to e4m3 per head,
   // Q K^T and P V on e4m3 wgmma, K rows kept as e4m3 in shared memory.
   static constexpr bool kFp8Math = FP8_MATH;
@@ -287,6 +301,11 @@ MJ_DEVICE float pos_inf() { return __uint_as_float(0x7F800000u); }
 MJ_DEVICE u32 prmt(u32 a, u32 b, u32 sel) {
   u32 r;
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+MJ_DEVICE u32 mul_f16x2(u32 a, u32 b) {
+  u32 r;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
   return r;
 }
 MJ_DEVICE u32 mul_bf16x2(u32 a, u32 b) {
@@ -440,7 +459,7 @@ static_assert(Fp8Plan::first_chunk(1) == Fp8Plan::first_chunk(0) + 2 * Fp8Plan::
 // its last element (SCALE_BLOCK >= 16: a 16-element chunk spans at most two groups).
 template <class C>
 struct Fp8Scales {
-  static constexpr int kPerChunk = !C::kGroupScale ? 0 : C::kScaleBlock % 16 == 0 ? 1 : 2;
+  static constexpr int kPerChunk = !C::kGroupScale || C::kF16Group ? 0 : C::kScaleBlock % 16 == 0 ? 1 : 2;
   float v[kPerChunk > 0 ? kPerChunk : 1];
 };
 
@@ -513,6 +532,9 @@ MJ_DEVICE void end_fp8_chunk(Producer& pr, u32 empty_parity) {
 
 // The fp8 producer's per-thread state; chunk<I>() handles chunk I of a step with every index a
 // compile-time constant (template recursion rather than a loop the compiler might not fold).
+#ifndef MJ_SP90_F16_GROUP_WINDOW
+#define MJ_SP90_F16_GROUP_WINDOW 6  // kF16Group: the row scales take registers of the ring
+#endif
 #ifndef MJ_SP90_F16_WINDOW
 #define MJ_SP90_F16_WINDOW 9  // f16 tiles: no scale registers, so a deeper load window fits; 12 needs
                               // MJ_SP90_F16_PRODUCER_REGS 88 (and, line producer, PARITY_BITS 0)
@@ -524,7 +546,8 @@ struct Fp8Producer {
   // Loads in flight per thread (divides 36, so ring slots repeat each step): 6 x 16 B x 128 threads
   // = 12 KB per SM in flight, enough for ~14 B/clk at ~800 clk L2 latency. Two scale floats per
   // chunk (and the group-boundary decode) leave registers for shorter windows only.
-  static constexpr int kWindow = C::kF16 ? MJ_SP90_F16_WINDOW
+  static constexpr int kWindow = C::kF16Group ? MJ_SP90_F16_GROUP_WINDOW
+                                 : C::kF16 ? MJ_SP90_F16_WINDOW
                                  : Scales::kPerChunk < 2 ? (C::kWideWindow ? 9 : MJ_SP90_GROUP_WINDOW)
                                  : C::kScaleBlock % 8 == 0 ? 4 : 2;
   static_assert(Plan::kChunks % kWindow == 0, "window must divide the chunks per step");
@@ -543,6 +566,57 @@ struct Fp8Producer {
   u32 cur[2][2], nxt[2][2];  // [block of the step][k]: row g + 32 k, kNoRow when invalid
   u32 raw[kWindow][4];
   Scales sc[kWindow];
+  // kF16Group: lane c owns row g + 32 (c & 1) of block c >> 1 of a step (one row per lane). It loads
+  // that row's group scales one step ahead (gsc) and turns them, at the top of the step, into the
+  // row's factor 2^R (colsc, 0 for an invalid row) and the f16 multipliers 2^(e_g - R) of its
+  // groups, two per word (mulw); the lanes decoding the row's chunks take them by shfl.
+  static constexpr int kRowScales = C::kF16Group ? C::kScalesPerToken : 1;
+  float gsc[kRowScales];
+  u32 mulw[(kRowScales + 1) / 2];
+  float colsc;
+
+  // The lane's own row among rows[b][k] (selects, not a run-time array index: that would put the
+  // row arrays in local memory).
+  MJ_DEVICE u32 own_row(const u32 (&rows)[2][2]) const {
+    const u32 b0 = (c & 1) ? rows[0][1] : rows[0][0], b1 = (c & 1) ? rows[1][1] : rows[1][0];
+    return (c >> 1) ? b1 : b0;
+  }
+  MJ_DEVICE void load_row_scales(u32 row) {
+#pragma unroll
+    for (int i = 0; i < kRowScales; ++i)
+      gsc[i] = row != kNoRow ? sm90::ldg_f32_ordered(scales + static_cast<u64>(row) * kRowScales + i) : 0.0f;
+  }
+  // R (biased exponent) is the power of two nearest 1 that keeps every group's e4m3 x 2^(e_g - R)
+  // exact in f16: e4m3 magnitudes lie in [2^-9, 448], so e_g - R in [-15, 7] (f16's smallest step
+  // 2^-24, largest finite 65504); i.e. R = clamp(0, e_max - 7, e_min + 15). With store-written
+  // scales (2^-22 .. 1 for |x| <= 448) that is R = 0: the tile holds K exactly and colsc is 1. A row
+  // whose group exponents span more than 22 takes R = e_max - 7 (no overflow); its groups below
+  // e_max - 22 then lose their lowest bits (flushed below 2^-24 relative to 2^R). Zero scales
+  // (exponent field 0) give multiplier 0 and do not bound R.
+  MJ_DEVICE void finish_row_scales(bool valid) {
+    int emax = 0, emin = 255;
+#pragma unroll
+    for (int i = 0; i < kRowScales; ++i) {
+      const int e = static_cast<int>((__float_as_uint(gsc[i]) >> 23) & 0xFFu);
+      emax = max(emax, e);
+      emin = e != 0 ? min(emin, e) : emin;
+    }
+    int r = max(emax - 7, min(127, emin + 15));
+    r = min(max(r, 1), 254);
+    colsc = valid ? __uint_as_float(static_cast<u32>(r) << 23) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < kRowScales; i += 2) {
+      u32 w = 0;
+#pragma unroll
+      for (int h = 0; h < 2 && i + h < kRowScales; ++h) {
+        const int e = static_cast<int>((__float_as_uint(gsc[i + h]) >> 23) & 0xFFu);
+        const int d = e - r;  // f16 bits of 2^d: normal from 2^-14, subnormal down to 2^-24
+        const u32 bits = e == 0 || d < -24 ? 0u : d >= -14 ? static_cast<u32>(d + 15) << 10 : 1u << (d + 24);
+        w |= bits << (16 * h);
+      }
+      mulw[i / 2] = w;
+    }
+  }
 
   // Loads chunk J of a step (rows from `rows`) into ring slot J % kWindow.
   template <int J>
@@ -573,7 +647,13 @@ struct Fp8Producer {
     if constexpr (I == Plan::first_chunk(h)) {
       sm90::mbar_wait(s.empty[st][side], empty_parity);
       if constexpr (side == st) {  // a stage's first half: publish its key bias / per-row scales
-        if (c == 0) {
+        if constexpr (C::kF16Group) {
+          if ((c >> 1) == st) {  // the row's owner lane
+            const int key = st * 64 + g + 32 * (c & 1);
+            s.bias[key] = colsc != 0.0f ? 0.0f : neg_inf();  // colsc is 0 exactly for an invalid row
+            s.colscale[key] = colsc;
+          }
+        } else if (c == 0) {
 #pragma unroll
           for (int kk = 0; kk < 2; ++kk) {
             const u32 row = cur[st][kk];
@@ -605,7 +685,14 @@ struct Fp8Producer {
     }
     // Always scaled (by 2^56 at least): the bit-moved value K * 2^-120 would put P V products in
     // the f32 subnormal range, where the tensor cores may flush them.
-    if constexpr (C::kF16) {
+    if constexpr (C::kF16Group) {
+      // The row's multiplier for this chunk's group (tile), from its owner lane: exact products.
+      constexpr int grp = (64 * tile) / C::kScaleBlock;
+      const u32 pair = __shfl_sync(0xFFFFFFFFu, mulw[grp / 2], (static_cast<int>(threadIdx.x) & 28) | (2 * st + k));
+      const u32 m = prmt(pair, 0u, (grp & 1) ? 0x3232u : 0x1010u);
+#pragma unroll
+      for (int w = 0; w < 8; ++w) out[w] = mul_f16x2(out[w], m);
+    } else if constexpr (C::kF16) {
       // exact f16 values: no scaling
     } else if constexpr (C::kPow2Scales && Scales::kPerChunk == 1) {
       // Power-of-two scales (scale_fmt ue8m0): s * 2^56 is a bf16 exactly, so one multiply per pair
@@ -881,11 +968,14 @@ MJ_DEVICE void produce_fp8(const SparsePrefillArgs& a, const Smem& s, i64 token,
   load_step(0);
   resolve(p.cur);
   load_step(1);
+  if constexpr (C::kF16Group) p.load_row_scales(p.own_row(p.cur));
   p.cv = p.c;
   p.template prefetch<0>();
   for (int step = 0; step < steps; ++step) {
+    if constexpr (C::kF16Group) p.finish_row_scales(p.own_row(p.cur) != kNoRow);
     resolve(p.nxt);       // step + 1 (slots past topk_len resolve to kNoRow)
     load_step(step + 2);
+    if constexpr (C::kF16Group) p.load_row_scales(p.own_row(p.nxt));
     asm volatile("" : "+r"(p.cv));
     p.template chunk<0>((static_cast<u32>(step) & 1u) ^ 1u);
 #pragma unroll
@@ -1016,7 +1106,7 @@ MJ_DEVICE void scale_mask_scores(float (&p)[32], const Smem& s, int stage, const
     const int col = 8 * j + 2 * ln.tig;
     const float b0 = s.bias[stage * 64 + col], b1 = s.bias[stage * 64 + col + 1];
     float m0 = mult, m1 = mult;
-    if constexpr (C::kRowScale) {
+    if constexpr (C::kColScale) {
       m0 *= s.colscale[stage * 64 + col];
       m1 *= s.colscale[stage * 64 + col + 1];
     }
@@ -1051,7 +1141,7 @@ MJ_DEVICE void exponentiate(float (&p)[32], const Smem& s, int stage, const Lane
   l1 += sum1;
   // Keeps the row sums here: deferring them past the P V issue costs the registers of the unscaled P.
   asm volatile("" : "+f"(l0), "+f"(l1));
-  if constexpr (C::kRowScale) {
+  if constexpr (C::kColScale) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const int col = 8 * j + 2 * ln.tig;
@@ -1474,7 +1564,7 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
 
   if (wg == 2) {
     sm90::setmaxnreg_dec<C::kProducerRegs>();
-    if constexpr (C::kF16 && MJ_SP90_FP8_LINE_GATHER) {
+    if constexpr (C::kF16 && !C::kF16Group && MJ_SP90_FP8_LINE_GATHER) {
       produce_fp8_lines<C>(args, s, token, topk_len, steps);
     } else if constexpr (C::kFp8) {
       produce_fp8<C>(args, s, token, topk_len, steps);

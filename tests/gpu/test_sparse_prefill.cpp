@@ -53,6 +53,7 @@ struct Case {
   float softmax_scale = 0.0416667f;
   QkMath qk_math = QkMath::bf16;
   ScaleFmt scale_fmt = ScaleFmt::fp32;
+  int ue8m0_exp_lo = -3, ue8m0_exp_hi = 3;  // ue8m0 data: group magnitudes 2^lo .. 2^hi
 };
 
 // A case of an fp8 cache whose scales are powers of two (params scale_fmt ue8m0, as kv_cache_store
@@ -62,6 +63,16 @@ Case ue8m0_case(const char* name, int heads, int64_t tokens, int64_t stride, int
   Case c{name, DType::fp8_e4m3, heads, tokens, stride, b_topk, page, sbs, sink, lse, lse_tol};
   c.softmax_scale = softmax_scale;
   c.scale_fmt = ScaleFmt::ue8m0;
+  return c;
+}
+
+// A ue8m0 case whose group magnitudes span 2^lo .. 2^hi; the softmax scale shrinks with 2^hi so the
+// scores keep the default case's spread.
+Case wide_ue8m0_case(const char* name, int heads, int64_t tokens, int64_t stride, int b_topk, int page, int sbs, bool sink,
+                     int lo, int hi) {
+  Case c = ue8m0_case(name, heads, tokens, stride, b_topk, page, sbs, sink, true, 1e-4, std::ldexp(0.0416667f, -hi));
+  c.ue8m0_exp_lo = lo;
+  c.ue8m0_exp_hi = hi;
   return c;
 }
 
@@ -249,6 +260,8 @@ ref::SparsePrefillProblem problem_of(const Case& c, uint64_t seed) {
   s.indices_stride = c.stride;
   s.kv_tokens = std::max<int64_t>(c.kv_tokens, c.stride);
   s.softmax_scale = c.softmax_scale;
+  s.ue8m0_group_exp_lo = c.ue8m0_exp_lo;
+  s.ue8m0_group_exp_hi = c.ue8m0_exp_hi;
   return ref::make_random_problem(params_of(c), s, seed);
 }
 
@@ -358,6 +371,13 @@ TEST_SUITE("sparse_prefill") {
         ue8m0_case("fp8 sbs72 ue8m0 h64 s9 topk256 b64 p64 sink", 64, 9, 256, 64, 64, 72, true),
         ue8m0_case("fp8 sbs36 ue8m0 h32 s9 topk256 b128 p64", 32, 9, 256, 128, 64, 36, false),
         ue8m0_case("fp8 sbs64 ue8m0 h48 s9 topk1024 b64 p64 spread24", 48, 9, 1024, 64, 64, 64, false, true, 5e-4, 1.0f),
+        // Widths 64 and 192 run on f16 tiles with a per-row power of two 2^R (kF16Group): group
+        // scales above 1 (|x| > 448) move R above 0, and rows whose scales span more than 2^22
+        // take R = e_max - 7 (their smallest groups lose bits far below the row's largest).
+        wide_ue8m0_case("fp8 sbs64 ue8m0 h64 s9 topk512 b64 p64 groups 2^-2..2^17", 64, 9, 512, 64, 64, 64, true, -2, 17),
+        wide_ue8m0_case("fp8 sbs192 ue8m0 h32 s9 topk256 b128 p16 groups 2^-2..2^17", 32, 9, 256, 128, 16, 192, false, -2,
+                        17),
+        wide_ue8m0_case("fp8 sbs64 ue8m0 h16 s9 topk384 b64 p64 groups 2^-12..2^12", 16, 9, 384, 64, 64, 64, true, -12, 12),
     };
     const std::string arch = Runtime::global().arch();
     uint64_t seed = 500;

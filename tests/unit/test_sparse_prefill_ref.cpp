@@ -532,3 +532,32 @@ TEST_CASE("sparse_prefill scale_fmt ue8m0 tells the Hopper kernel its group scal
   CHECK(generate_sparse_prefill_mode(KernelSpec{a}, sparse_prefill::Path::sm90).code !=
         generate_sparse_prefill_mode(KernelSpec{b}, sparse_prefill::Path::sm90).code);
 }
+
+TEST_CASE("sparse_prefill reference data: ue8m0 group magnitudes follow the shape's exponent range") {
+  SparsePrefillParams p;
+  p.kv_dtype = DType::fp8_e4m3;
+  p.num_q_heads = 16;
+  p.scale_block_size = 64;
+  p.scale_fmt = ScaleFmt::ue8m0;
+  ref::SparsePrefillShape s;
+  s.kv_tokens = 256;
+  // Default: group magnitudes 2^-3..2^3 on N(0, 1) data: every scale well below 1.
+  const auto def = ref::make_random_problem(p, s, 1);
+  float lo = 1e30f, hi = 0;
+  for (float x : def.scales) lo = std::min(lo, x), hi = std::max(hi, x);
+  CHECK(hi < 1.0f);
+  // 2^-2..2^17: scales above 1 (|x| > 448), i.e. the Hopper f16 decode's per-row factor above 1.
+  s.ue8m0_group_exp_lo = -2;
+  s.ue8m0_group_exp_hi = 17;
+  const auto wide = ref::make_random_problem(p, s, 1);
+  hi = 0;
+  for (float x : wide.scales) {
+    hi = std::max(hi, x);
+    int e = 0;
+    CHECK(std::frexp(x, &e) == 0.5f);  // powers of two
+  }
+  CHECK(hi >= 256.0f);
+  s.ue8m0_group_exp_lo = 3;
+  s.ue8m0_group_exp_hi = 2;
+  CHECK_THROWS_AS(ref::make_random_problem(p, s, 1), std::invalid_argument);
+}
