@@ -58,7 +58,9 @@
 // values there); when every scale is a power of two (params scale_fmt ue8m0) that product is exact
 // (e4m3's 4 significant bits fit bf16's 8) for scales in [2^-53, 2^71] (a normal bf16 from 2^-53;
 // above 2^71 the 2^56 multiplier overflows: NaN), so the tile holds the cache's values exactly and
-// only f32 accumulation order differs from SPEC §3.
+// only f32 accumulation order differs from SPEC §3. Power-of-two groups of 192 (kF16Group) use f16
+// tiles instead: e4m3 x 2^(e_g - R) with a per-row power of two 2^R folded into scores and P,
+// exact while the row's group scales span <= 2^22 (Fp8Producer::finish_row_scales).
 //
 // ---- Design ---------------------------------------------------------------------------------------
 // One CTA = one token x one 64-row head tile; 3 warpgroups:
@@ -135,10 +137,14 @@ enum : u32 {
 //   2: fp8: 9-chunk load window instead of 6 (unit / per-row / x16 group scales)
 //   4: fp8: the producer fences its stores before arriving (drains its load window at every half)
 //      instead of the consumers fencing after the wait
-// Power-of-two group scales (scale_fmt ue8m0, widths 64 and 192) decoded to f16 tiles (1) or to the
-// bf16 tiles of the other group scales (0).
+// Power-of-two group scales (scale_fmt ue8m0, widths that are multiples of 64 from
+// MJ_SP90_UE8M0_F16_MIN_BLOCK: 192) decoded to f16 tiles (1) or to the bf16 tiles of the other group
+// scales (0).
 #ifndef MJ_SP90_UE8M0_F16
 #define MJ_SP90_UE8M0_F16 1
+#endif
+#ifndef MJ_SP90_UE8M0_F16_MIN_BLOCK
+#define MJ_SP90_UE8M0_F16_MIN_BLOCK 128
 #endif
 // Load window of the group-scale decode (one scale per chunk). 9 measured +4 % (notes 37).
 #ifndef MJ_SP90_GROUP_WINDOW
@@ -186,9 +192,12 @@ struct Config {
   // Power-of-two group scales on f16 tiles (MJ_SP90_UE8M0_F16): each row is decoded as e4m3 x
   // 2^(e_g - R) with a per-row power of two 2^R folded into the scores and P like a per-row scale;
   // exact while the row's group exponents fit f16's range around R (Fp8Producer::finish_row_scales).
-  // Widths that are multiples of 64 (64, 192): a 64-dim tile then lies in one group, so every lane
-  // of a row takes the same multiplier per tile (9 or 3 scales per row).
-  static constexpr bool kF16Group = MJ_SP90_UE8M0_F16 && kPow2Scales && !FP8_MATH && SCALE_BLOCK % 64 == 0;
+  // Widths that are multiples of 64 keep a 64-dim tile inside one group (every lane of a row takes
+  // the same multiplier per tile). Taken for 192 (3 scales per row): -7.9 % cycles at 32K against
+  // the bf16 decode; not for 64 (9 per row: +0.7 / -0.8 / +4.7 % at 32K / 8K / 128K, the row
+  // scales' registers and shuffles cost what the cheaper decode saves), notes 37.
+  static constexpr bool kF16Group =
+      MJ_SP90_UE8M0_F16 && kPow2Scales && !FP8_MATH && SCALE_BLOCK % 64 == 0 && SCALE_BLOCK >= MJ_SP90_UE8M0_F16_MIN_BLOCK;
   // fp8 with unit or per-row scales: the tiles hold f16 (e4m3 -> f16 is one exact cvt per pair, and
   // the f16 wgmma runs at the bf16 rate); Q and P are converted to f16 too (see load_q). Group
   // scales multiply in the tile and keep the bf16 decode with its 2^-64 bias (wider range).

@@ -371,13 +371,16 @@ TEST_SUITE("sparse_prefill") {
         ue8m0_case("fp8 sbs72 ue8m0 h64 s9 topk256 b64 p64 sink", 64, 9, 256, 64, 64, 72, true),
         ue8m0_case("fp8 sbs36 ue8m0 h32 s9 topk256 b128 p64", 32, 9, 256, 128, 64, 36, false),
         ue8m0_case("fp8 sbs64 ue8m0 h48 s9 topk1024 b64 p64 spread24", 48, 9, 1024, 64, 64, 64, false, true, 5e-4, 1.0f),
-        // Widths 64 and 192 run on f16 tiles with a per-row power of two 2^R (kF16Group): group
-        // scales above 1 (|x| > 448) move R above 0, and rows whose scales span more than 2^22
-        // take R = e_max - 7 (their smallest groups lose bits far below the row's largest).
+        // Group magnitudes far apart and scales above 1 (|x| > 448). Width 192 runs on f16 tiles
+        // with a per-row power of two 2^R (kF16Group): such scales move R above 0, and rows whose
+        // scales span more than 2^22 take R = e_max - 7 (their smallest groups lose bits far below
+        // the row's largest). Width 64 keeps the bf16 decode, exact up to 2^71.
         wide_ue8m0_case("fp8 sbs64 ue8m0 h64 s9 topk512 b64 p64 groups 2^-2..2^17", 64, 9, 512, 64, 64, 64, true, -2, 17),
         wide_ue8m0_case("fp8 sbs192 ue8m0 h32 s9 topk256 b128 p16 groups 2^-2..2^17", 32, 9, 256, 128, 16, 192, false, -2,
                         17),
         wide_ue8m0_case("fp8 sbs64 ue8m0 h16 s9 topk384 b64 p64 groups 2^-12..2^12", 16, 9, 384, 64, 64, 64, true, -12, 12),
+        wide_ue8m0_case("fp8 sbs192 ue8m0 h16 s9 topk256 b64 p64 groups 2^-12..2^12", 16, 9, 256, 64, 64, 192, false, -12,
+                        12),
     };
     const std::string arch = Runtime::global().arch();
     uint64_t seed = 500;
