@@ -4,7 +4,7 @@
 // ---- Host interface (what the generator instantiates and the op launches) ----------------------
 //   #include "sparse_prefill/sm90.cuh"
 //   using Cfg = mj::sparse_prefill_sm90::Config<NUM_HEADS, B_TOPK, KV_FP8, SCALE_BLOCK, ATTN_SINK,
-//                                                EMIT_LSE, PAGE_SIZE, NUM_STAGES[, FP8_MATH]>;
+//                                                EMIT_LSE, PAGE_SIZE, NUM_STAGES[, FP8_MATH[, POW2_SCALES]]>;
 //   extern "C" __global__ void __launch_bounds__(Cfg::kThreads, 1)
 //   mlajit_sparse_prefill_sm90(const __grid_constant__ SparsePrefillArgs args) {
 //     mj::sparse_prefill_sm90::run<Cfg>(args);
@@ -44,7 +44,8 @@
 //               The body is sparse_prefill/sm90_fp8math.cuh (its header says what differs).
 //   POW2_SCALES (10th, defaulted false) params scale_fmt ue8m0: every group scale is a power of two,
 //               so the group decode multiplies each pair once by scale * 2^56 (exact) instead of the
-//               split hi + lo multiply that rounds arbitrary scales once (-3 to -5 % cycles, notes 37).
+//               split hi + lo multiply that rounds arbitrary scales once (-3 to -5 % cycles, notes 37);
+//               widths 192 decode to f16 tiles instead (kF16Group, see Precision).
 //   TUNE        (11th, defaulted) development-only experiment bits; the generator leaves it 0.
 // Args: every pointer of SparsePrefillArgs that the configuration uses must be valid; sm_scale must
 // be finite and >= 0 (the running max is taken on scaled scores). Absolute row indices must fit in
@@ -59,8 +60,11 @@
 // (e4m3's 4 significant bits fit bf16's 8) for scales in [2^-53, 2^71] (a normal bf16 from 2^-53;
 // above 2^71 the 2^56 multiplier overflows: NaN), so the tile holds the cache's values exactly and
 // only f32 accumulation order differs from SPEC §3. Power-of-two groups of 192 (kF16Group) use f16
-// tiles instead: e4m3 x 2^(e_g - R) with a per-row power of two 2^R folded into scores and P,
-// exact while the row's group scales span <= 2^22 (Fp8Producer::finish_row_scales).
+// tiles instead: e4m3 x 2^(e_g - R) with a per-row power of two 2^R folded into scores and P
+// (P x 2^R rounded to f16, as P x scale is for per-row scales), exact in the tile while the row's
+// group scales span <= 2^22; group scales >= 2^23 overflow P x 2^R (inf / NaN output), and only a
+// scale's exponent is used (a scale that is not a power of two is truncated to one, its sign
+// dropped). Range and choice of R: Fp8Producer::finish_row_scales.
 //
 // ---- Design ---------------------------------------------------------------------------------------
 // One CTA = one token x one 64-row head tile; 3 warpgroups:
@@ -68,7 +72,8 @@
 //     and gathers each 64-key block into a K stage (64 rows x 576 bf16, 128-byte swizzled tiles of
 //     64 columns): bf16 rows by cp.async 16 B per thread (zero-fill, no read, for invalid slots),
 //     fp8 rows by 16-byte register loads decoded on the way. Per stage it also publishes a
-//     column bias (0 or -inf) and, for per-row fp8 scales, the row's scale.
+//     column bias (0 or -inf) and, for per-row fp8 scales, the row's scale (kF16Group: the row's
+//     power of two 2^R).
 //   WG0 / WG1 (consumers, many registers): block 2i goes to stage 0 (scored by WG0), block 2i+1 to
 //     stage 1 (scored by WG1): S = Q K^T with m64n64k16 wgmma over 9 column tiles (Q resident in
 //     shared memory). Online softmax in f32 in the exp2 domain, running max shared through shared
@@ -77,7 +82,8 @@
 //     registers (RS form) and the other warpgroup's P through shared memory (SS form).
 //   Epilogue: row sums exchanged, O scaled (sink, empty-row rule), staged as bf16 in the query
 //   tile's space, stored with 16-byte coalesced writes; lse by WG0.
-// fp8 decode, unit / per-row scales (C::kF16): one cvt.rn.f16x2.e4m3x2 per pair into f16 tiles; the
+// fp8 decode, unit / per-row scales and power-of-two groups of 192 (C::kF16): one
+// cvt.rn.f16x2.e4m3x2 per pair into f16 tiles (kF16Group: times the group's 2^(e_g - R)); the
 // consumers then run the f16 wgmma (same rate as bf16) with Q and P in f16 too.
 // fp8 decode, group scales: e4m3 bits are moved into a bf16 (sign | magnitude << 4: exact, value * 2^-120) and
 // multiplied by 2^56 (unit / per-row) or by group scale * 2^56 (split hi + lo, one rounding; one
@@ -597,11 +603,14 @@ struct Fp8Producer {
   }
   // R (biased exponent) is the power of two nearest 1 that keeps every group's e4m3 x 2^(e_g - R)
   // exact in f16: e4m3 magnitudes lie in [2^-9, 448], so e_g - R in [-15, 7] (f16's smallest step
-  // 2^-24, largest finite 65504); i.e. R = clamp(0, e_max - 7, e_min + 15). With store-written
-  // scales (2^-22 .. 1 for |x| <= 448) that is R = 0: the tile holds K exactly and colsc is 1. A row
-  // whose group exponents span more than 22 takes R = e_max - 7 (no overflow); its groups below
-  // e_max - 22 then lose their lowest bits (flushed below 2^-24 relative to 2^R). Zero scales
-  // (exponent field 0) give multiplier 0 and do not bound R.
+  // 2^-24, largest finite 65504); i.e. R = clamp(0, e_max - 7, e_min + 15). R = 0 (colsc 1, P at
+  // full f16 precision) when all of the row's scales lie in [2^-15, 2^7]; a group below 2^-15
+  // (amax < 448 * 2^-16, e.g. an all-zero group, stored at 2^-22) gives R < 0, which costs small
+  // P values of that key some f16 precision (P x 2^R goes subnormal); scales from 2^8 give R > 0,
+  // and from 2^23 P x 2^R overflows f16 (inf / NaN output). A row whose group exponents span more
+  // than 22 takes R = e_max - 7 (no overflow); its groups below e_max - 22 then lose their lowest
+  // bits (flushed below 2^-24 relative to 2^R). Zero scales (exponent field 0) give multiplier 0
+  // and do not bound R; an inf / NaN scale counts as 2^128 and overflows P (non-finite output).
   MJ_DEVICE void finish_row_scales(bool valid) {
     int emax = 0, emin = 255;
 #pragma unroll
