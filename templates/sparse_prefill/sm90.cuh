@@ -140,7 +140,7 @@ enum : u32 {
 
 // TUNE: development-only experiment bits, 0 in production (the generator never sets it), kept to
 // measure alternatives side by side (a template directory with another default):
-//   2: fp8: 9-chunk load window instead of 6 (unit / per-row / x16 group scales)
+//   2: (retired: the group-scale load window is MJ_SP90_GROUP_WINDOW, e.g. 9)
 //   4: fp8: the producer fences its stores before arriving (drains its load window at every half)
 //      instead of the consumers fencing after the wait
 // Power-of-two group scales (scale_fmt ue8m0, widths that are multiples of 64 from
@@ -221,7 +221,6 @@ struct Config {
   static constexpr bool kConsumerFence = !kProducerFence;
   // The producer fills the stages with cp.async only (no register path): bf16 rows, FP8 math.
   static constexpr bool kStageByCpAsync = !KV_FP8 || FP8_MATH;
-  static constexpr bool kWideWindow = (TUNE & 2) != 0;
 
   static constexpr int kCtasPerToken = (NUM_HEADS + 63) / 64;
   static constexpr int kHeadsPerCta = NUM_HEADS / kCtasPerToken;
@@ -563,7 +562,7 @@ struct Fp8Producer {
   // chunk (and the group-boundary decode) leave registers for shorter windows only.
   static constexpr int kWindow = C::kF16Group ? MJ_SP90_F16_GROUP_WINDOW
                                  : C::kF16 ? MJ_SP90_F16_WINDOW
-                                 : Scales::kPerChunk < 2 ? (C::kWideWindow ? 9 : MJ_SP90_GROUP_WINDOW)
+                                 : Scales::kPerChunk < 2 ? MJ_SP90_GROUP_WINDOW
                                  : C::kScaleBlock % 8 == 0 ? 4 : 2;
   static_assert(Plan::kChunks % kWindow == 0, "window must divide the chunks per step");
 

@@ -543,8 +543,8 @@ TEST_CASE("sparse_prefill reference data: ue8m0 group magnitudes follow the shap
   s.kv_tokens = 256;
   // Default: group magnitudes 2^-3..2^3 on N(0, 1) data: every scale well below 1.
   const auto def = ref::make_random_problem(p, s, 1);
-  float lo = 1e30f, hi = 0;
-  for (float x : def.scales) lo = std::min(lo, x), hi = std::max(hi, x);
+  float hi = 0;
+  for (float x : def.scales) hi = std::max(hi, x);
   CHECK(hi < 1.0f);
   // 2^-2..2^17: scales above 1 (|x| > 448), i.e. the Hopper f16 decode's per-row factor above 1.
   s.ue8m0_group_exp_lo = -2;
