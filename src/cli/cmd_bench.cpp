@@ -34,6 +34,8 @@ ops and their shape keys (defaults in brackets; tokens / keys / topk mean what t
       layers [2: the cache interleaves 2 layers page by page, the last is read; 1 = one layer]
       scale_block_size [0] scale_fmt [fp32|ue8m0: power-of-two scales; group scales then run on the
         Hopper kernel] sink [0] lse [1] path [auto|sm80|sm90] (also s_q = tokens, s_kv = keys)
+      ctas [0 = automatic]: the persistent Hopper kernel's grid (bf16 cache; default one CTA per SM;
+        a number >= tokens * heads / 64 gives one CTA per token x 64-head tile, as the fp8 kernels)
       qk_math [bf16|fp8]: fp8 = the opt-in FP8-math kernel (Hopper only; needs kv_dtype=fp8_e4m3 and
         scale_block_size 0 or 576), e.g. --shape kv_dtype=fp8_e4m3,scale_block_size=576,qk_math=fp8
       --anchor LIB.so: also time LIB's anchor_sparse_prefill_bf16 on the same inputs, interleaved
@@ -167,6 +169,7 @@ int cmd_bench(const Argv& argv) {
     shape.take_int("b_topk", a.b_topk);
     shape.take_int("page_size", a.page_size);
     shape.take_int("layers", a.layers);
+    shape.take_int("ctas", a.ctas);
     shape.take_int("scale_block_size", a.scale_block_size);
     if (auto f = shape.take("scale_fmt")) a.scale_fmt = parse_scale_fmt(*f, "--shape scale_fmt");
     shape.take_bool("sink", a.attn_sink);

@@ -221,6 +221,12 @@ struct Config {
   static constexpr bool kConsumerFence = !kProducerFence;
   // The producer fills the stages with cp.async only (no register path): bf16 rows, FP8 math.
   static constexpr bool kStageByCpAsync = !KV_FP8 || FP8_MATH;
+  // Persistent (bf16 cache): a CTA walks items (token x head tile) blockIdx.x, + gridDim.x, ...; the
+  // K ring runs on across items, the producer loads each item's query tile (q_full / q_free) and
+  // starts its indices and first stages during the previous item's last step and epilogue, and the
+  // epilogue stores from registers (the Q space may already hold the next item's query). The host
+  // launches min(items, SMs) CTAs (plan.hpp: Sm90Plan::persistent); one CTA per item also works.
+  static constexpr bool kPersistent = !KV_FP8;
 
   static constexpr int kCtasPerToken = (NUM_HEADS + 63) / 64;
   static constexpr int kHeadsPerCta = NUM_HEADS / kCtasPerToken;
@@ -251,7 +257,9 @@ struct Config {
   static constexpr int kOffColScaleF8 = kOffBiasF8 + kKeyArrayBytes;
   static constexpr int kOffInvScale = kOffColScaleF8 + kKeyArrayBytes;  // FP8 math: 2^-log2(scale) per key
   static constexpr int kOffQScale = kOffInvScale + kKeyArrayBytes;      // FP8 math: float[64] query scales
-  static constexpr int kMiscBytes = FP8_MATH ? kOffQScale + 64 * 4 : kOffColScale + 2 * 64 * 4;
+  // Persistent: q_full, q_free, rowsum_read mbarriers after the per-key arrays.
+  static constexpr int kOffItemBars = kOffColScale + 2 * 64 * 4;
+  static constexpr int kMiscBytes = FP8_MATH ? kOffQScale + 64 * 4 : kOffItemBars + (kPersistent ? 24 : 0);
   // Tiles: Q, K stage 0, K stage 1, P1 (bf16 / f16); FP8 math: Q, K stages 0 / 1 (e4m3, 64-byte
   // rows), V^T of WG0 / WG1 (two 64-key slots each), P0, P1 (e4m3).
   static constexpr int kTileRegionBytes =
@@ -268,7 +276,12 @@ struct Smem {
   // compute-sanitizer racecheck models exactly; a named-barrier bar.arrive -> bar.sync hand-off of
   // the same data (PTX-ordered) was reported as a RAW hazard (docs/notes/sparse_prefill_sm90.md, 17).
   u32 max1_ready;    // WG1's step max in `max`: one arrival per writing lane (32 per step)
-  u32 rowsum_ready;  // both warpgroups' row sums in `rowsum`, their wgmma done, Q space free (256, once)
+  u32 rowsum_ready;  // both warpgroups' row sums in `rowsum`, their wgmma done, Q space free (256, once;
+                     // persistent: once per item)
+  // Persistent kernels (Config::kPersistent) only:
+  u32 q_full;        // the item's query tile landed (the producer's 128 cp.async arrivals)
+  u32 q_free;        // both consumers' last Q K^T of the item done (256)
+  u32 rowsum_read;   // both consumers read the item's row sums: `rowsum` may be overwritten (256)
   float* max;       // [64]
   float* rowsum;    // [2][64]
   float* bias;      // [2][64]
@@ -363,17 +376,61 @@ MJ_DEVICE u32 resolve_index(const SparsePrefillArgs& a, int e) {
   return static_cast<u32>(tma_row + a.layer_row_offset);
 }
 
+// A value ptxas cannot rematerialise or split into uniform parts: each lane shuffles it from itself.
+// (ptxas otherwise recomputes some loop-invariant addresses from the kernel arguments inside loops,
+// or folds their uniform part into instruction forms it then encodes wrongly, see produce_bf16.)
+MJ_DEVICE u32 opaque_u32(u32 v, int lane) { return __shfl_sync(0xFFFFFFFFu, v, lane); }
+template <class T>
+MJ_DEVICE const T* opaque_ptr(const T* p, int lane) {
+  const u64 v = reinterpret_cast<u64>(p);
+  return reinterpret_cast<const T*>(static_cast<u64>(opaque_u32(static_cast<u32>(v), lane)) |
+                                    (static_cast<u64>(opaque_u32(static_cast<u32>(v >> 32), lane)) << 32));
+}
+
+// ---- producer: the persistent kernel's query tile ----------------------------------------------------
+// The item's 64 query rows (72 KB, rows past kHeadsPerCta zero-filled) by cp.async, 16 bytes per lane
+// and instruction (consecutive lanes: consecutive chunks of a row), once the consumers released the
+// previous item's tile (q_free); completes on q_full with the lanes' cp.async arrivals.
+template <class C>
+MJ_DEVICE void load_q_async(const SparsePrefillArgs& a, const Smem& s, i64 token, int head0, u32 item, u64 policy) {
+  const int t = static_cast<int>(threadIdx.x) - 256;  // 0..127
+  const unsigned char* q = static_cast<const unsigned char*>(a.q) +
+                           (token * C::kNumHeads + head0) * static_cast<i64>(kQkDim * 2);
+  constexpr int kChunksPerRow = kQkDim * 2 / 16;  // 72
+  sm90::mbar_wait(s.q_free, (item & 1u) ^ 1u);
+#pragma unroll 1
+  for (int i = 0; i < kTileRows * kChunksPerRow / 128; ++i) {
+    const int id = t + 128 * i;
+    const int row = id / kChunksPerRow, rest = id % kChunksPerRow;
+    const bool valid = row < C::kHeadsPerCta;
+    const u32 dst = s.q + (rest >> 3) * kTileBytes + sm90::sw128_offset(static_cast<u32>(row), static_cast<u32>(rest & 7));
+    sm90::cp_async_16_zfill(dst, valid ? q + static_cast<i64>(row) * (kQkDim * 2) + rest * 16 : q, valid, policy);
+  }
+  sm90::mbar_arrive_cp_async(s.q_full);
+}
+
 // ---- producer: bf16 rows by cp.async ---------------------------------------------------------------
 // Thread t of the warpgroup: group g = t / 8 owns rows g + 16 k (k < 4) of a block; lane c = t % 8 of
 // the group copies 16-byte chunk c of each 128-byte tile row (8 lanes cover a tile row, coalesced).
+// One item (persistent kernel): `gs` steps of earlier items ran through the K ring (barrier
+// parities continue from there); the item's query tile is loaded once its first indices are in
+// flight.
 template <class C>
-MJ_DEVICE void produce_bf16(const SparsePrefillArgs& a, const Smem& s, i64 token, int topk_len, int steps) {
+MJ_DEVICE void produce_bf16(const SparsePrefillArgs& a, const Smem& s, i64 token, int head0, int topk_len, int steps,
+                            u32 gs, u32 item, u64 policy, u64 q_policy) {
+  static_assert(C::kPersistent, "the bf16 producer serves the persistent kernel");
   const int t = static_cast<int>(threadIdx.x) - 256;
   const int g = t >> 3, c = t & 7;
-  const u32* token_indices = a.indices + token * a.indices_stride;
+  // The index row's address is kept in registers (a shuffled value is opaque to ptxas): recomputed
+  // from the arguments at every index load, it costs two constant loads and a multiply per slot.
+  const u32* token_indices = opaque_ptr(a.indices + token * a.indices_stride, t & 31);
   const unsigned char* kv = static_cast<const unsigned char*>(a.kv_blocks);
-  const u64 policy = sm90::l2_policy_evict_last();
   const u32 lane_dst = static_cast<u32>(g) * 128u + ((static_cast<u32>(c) ^ (static_cast<u32>(g) & 7u)) << 4);
+  // The lane's destination in each stage as one register that ptxas cannot split (a shuffle's result),
+  // so that every cp.async addresses shared memory as [register + immediate]. Otherwise ptxas (CUDA
+  // 13.0) addresses the stages of this producer as [R + UR + imm] and gives that form a wrong L2
+  // cache-policy operand: the LDGSTS faults with an illegal instruction.
+  const u32 stage_dst[2] = {opaque_u32(s.k[0] + lane_dst, t & 31), opaque_u32(s.k[1] + lane_dst, t & 31)};
 
   // The step's encoded indices are loaded one step ahead (their L2 / DRAM latency then overlaps the
   // previous step's copies instead of stalling the first copy of each step).
@@ -386,8 +443,9 @@ MJ_DEVICE void produce_bf16(const SparsePrefillArgs& a, const Smem& s, i64 token
     }
   };
   load_step(0);
+  load_q_async<C>(a, s, token, head0, item, q_policy);
   for (int step = 0; step < steps; ++step) {
-    const u32 empty_parity = (static_cast<u32>(step) & 1u) ^ 1u;
+    const u32 empty_parity = ((gs + static_cast<u32>(step)) & 1u) ^ 1u;
     u32 rows[2][4];
 #pragma unroll
     for (int b = 0; b < 2; ++b) {
@@ -409,7 +467,7 @@ MJ_DEVICE void produce_bf16(const SparsePrefillArgs& a, const Smem& s, i64 token
 #pragma unroll
         for (int tile = 0; tile < kQkTiles; ++tile) {
           if (tile < t0 || tile >= t1) continue;
-          sm90::cp_async_16_zfill(s.k[b] + tile * kTileBytes + 16 * k * 128 + lane_dst, src + tile * 128, valid, policy);
+          sm90::cp_async_16_zfill(stage_dst[b] + tile * kTileBytes + 16 * k * 128, src + tile * 128, valid, policy);
         }
       }
     };
@@ -437,7 +495,6 @@ MJ_DEVICE void produce_bf16(const SparsePrefillArgs& a, const Smem& s, i64 token
     copy_tiles(1, 0, kLeftTiles);
     signal_full(s.full[1][0]);
   }
-  sm90::cp_async_wait_all();
 }
 
 // ---- producer: fp8 rows, decoded to bf16 on the way --------------------------------------------------
@@ -1010,6 +1067,16 @@ MJ_DEVICE void produce_fp8(const SparsePrefillArgs& a, const Smem& s, i64 token,
 struct Lane {
   int wg, w, gid, tig, r0, r1;
 };
+MJ_DEVICE Lane make_lane(int wg, int lane) {
+  Lane ln;
+  ln.wg = wg;
+  ln.w = (static_cast<int>(threadIdx.x) >> 5) & 3;
+  ln.gid = lane >> 2;
+  ln.tig = lane & 3;
+  ln.r0 = 16 * ln.w + ln.gid;
+  ln.r1 = ln.r0 + 8;
+  return ln;
+}
 
 // Thread 0, before the CTA's first __syncthreads: the stage-half barriers (full: `full_count`
 // arrivals; empty: `empty_own` for halves [s][s], `empty_cross` for [s][1-s]), WG1's max hand-off
@@ -1033,21 +1100,44 @@ struct CtaWork {
   i64 token;
   int head0, topk_len, steps;
 };
+// Item `it` (token it / kCtasPerToken, head tile it % kCtasPerToken) given its topk_lengths value.
+// Item indices are 32-bit (the host keeps tokens * head tiles <= INT_MAX): the persistent item loops
+// then hold fewer uniform registers across their step loops (64-bit ones pushed the wgmma
+// descriptors' constant halves out of uniform registers: two more UMOVs per HGMMA).
 template <class C>
-MJ_DEVICE CtaWork cta_work(const SparsePrefillArgs& args) {
+MJ_DEVICE CtaWork item_work(const SparsePrefillArgs& args, int it, u32 len) {
+  CtaWork w;
+  w.token = it / C::kCtasPerToken;
+  w.head0 = (it % C::kCtasPerToken) * C::kHeadsPerCta;
+  w.topk_len = static_cast<int>(static_cast<long long>(len) < args.indices_stride ? static_cast<long long>(len)
+                                                                                   : args.indices_stride);
+  w.steps = (w.topk_len + 2 * kBlockKeys - 1) / (2 * kBlockKeys);
+  return w;
+}
+// topk_lengths of item `it`, 0 past the last item (the persistent roles load it one item ahead).
+template <class C>
+MJ_DEVICE u32 item_len(const SparsePrefillArgs& args, int it, int items) {
+  return it < items ? __ldg(args.topk_lengths + it / C::kCtasPerToken) : 0u;
+}
+// The producer's first index loads wait for topk_lengths[token] (SPEC §3: slots past the length are
+// never read), so at CTA start two DRAM round trips run back to back. Five lanes of the producer
+// hint the row's first 160 slots (the first step's 128) into L2 while the length is in flight: a
+// prefetch moves no value into the program, and the row is allocated up to its stride.
+template <class C>
+MJ_DEVICE void hint_first_indices(const SparsePrefillArgs& args, i64 token) {
   constexpr bool kIndexPrefetch = MJ_SP90_INDEX_PREFETCH == 1 || (MJ_SP90_INDEX_PREFETCH == -1 && !C::kFp8Math);
   if constexpr (kIndexPrefetch) {
-    // The producer's first index loads wait for topk_lengths[token] (SPEC §3: slots past the
-    // length are never read), so at CTA start two DRAM round trips run back to back. Five lanes of
-    // the producer hint the row's first 160 slots (the first step's 128) into L2 while the length
-    // is in flight: a prefetch moves no value into the program, and the row is allocated up to its
-    // stride.
     const u32 pt = threadIdx.x - 256u;
     if (pt < 5u && static_cast<i64>(32 * pt) < args.indices_stride) {
-      const u32* row = args.indices + (static_cast<i64>(blockIdx.x) / C::kCtasPerToken) * args.indices_stride;
+      const u32* row = args.indices + token * args.indices_stride;
       asm volatile("prefetch.global.L2 [%0];" ::"l"(row + 32 * pt));
     }
   }
+}
+// One CTA per item (the fp8 kernels): this CTA's item.
+template <class C>
+MJ_DEVICE CtaWork cta_work(const SparsePrefillArgs& args) {
+  hint_first_indices<C>(args, static_cast<i64>(blockIdx.x) / C::kCtasPerToken);
   CtaWork w;
   w.token = static_cast<i64>(blockIdx.x) / C::kCtasPerToken;
   w.head0 = static_cast<int>(blockIdx.x % C::kCtasPerToken) * C::kHeadsPerCta;
@@ -1301,17 +1391,22 @@ MJ_DEVICE float load_q(const SparsePrefillArgs& a, const Smem& s, i64 token, int
 }
 
 // Epilogue shared by both consumer warpgroups: total row sums, normalisation, bf16 staging in the
-// Q space, coalesced 16-byte stores; lse from WG0. DIM_PAIRS_SPLIT: the accumulator's columns are
+// Q space, coalesced 16-byte stores; lse from WG0. Persistent kernels (item: the CTA's item count, for
+// the barrier parities) store from registers instead: the Q space may already hold the next item's
+// query tile. DIM_PAIRS_SPLIT: the accumulator's columns are
 // permuted inside every 16-column group (column 8 e + a holds dim 2 a + e: the FP8-math kernel's
 // V^T row order, see transpose_v), so a thread's o[8 kk + {0, 4, 1, 5}] are 4 consecutive dims of row
 // r0 (o[8 kk + {2, 6, 3, 7}] of row r1) and go to the staging rows as one 8-byte store each.
 template <class C, bool DIM_PAIRS_SPLIT = false>
 MJ_DEVICE void finish(const SparsePrefillArgs& a, const Smem& s, const Lane& ln, int lane, i64 token, int head0,
-                      float (&o)[128], float m0, float m1, float l0, float l1) {
+                      float (&o)[128], float m0, float m1, float l0, float l1, u32 item = 0) {
   l0 += __shfl_xor_sync(0xFFFFFFFFu, l0, 1);
   l0 += __shfl_xor_sync(0xFFFFFFFFu, l0, 2);
   l1 += __shfl_xor_sync(0xFFFFFFFFu, l1, 1);
   l1 += __shfl_xor_sync(0xFFFFFFFFu, l1, 2);
+  // Persistent: the previous item's row sums were read by both warpgroups (an item without steps
+  // reaches here with no other synchronisation between the two).
+  if constexpr (C::kPersistent) sm90::mbar_wait(s.rowsum_read, (item & 1u) ^ 1u);
   if (ln.tig == 0) {
     s.rowsum[ln.wg * 64 + ln.r0] = l0;
     s.rowsum[ln.wg * 64 + ln.r1] = l1;
@@ -1320,9 +1415,10 @@ MJ_DEVICE void finish(const SparsePrefillArgs& a, const Smem& s, const Lane& ln,
   // barrier: finish() is inlined into both consumer branches (an aligned bar.sync reached from two
   // static instructions is what synccheck calls divergent), and racecheck models mbarriers exactly.
   sm90::mbar_arrive(s.rowsum_ready);
-  sm90::mbar_wait(s.rowsum_ready, 0);
+  sm90::mbar_wait(s.rowsum_ready, item & 1u);
   const float L0 = s.rowsum[ln.r0] + s.rowsum[64 + ln.r0];
   const float L1 = s.rowsum[ln.r1] + s.rowsum[64 + ln.r1];
+  if constexpr (C::kPersistent) sm90::mbar_arrive(s.rowsum_read);
   const float out_mult = output_unscale<C>();
   auto row_factor = [&](int r, float L, float m) {
     if (L == 0.0f) return 0.0f;  // no valid slot: out = 0 whatever the sink
@@ -1342,6 +1438,35 @@ MJ_DEVICE void finish(const SparsePrefillArgs& a, const Smem& s, const Lane& ln,
     }
   }
 
+  if constexpr (C::kPersistent) {
+    static_assert(!DIM_PAIRS_SPLIT, "the persistent epilogue stores the wgmma accumulator layout");
+    // Straight from registers, 8 bytes per lane: in 16-column group kk a quad holds words A_tig
+    // (columns 2 tig, 2 tig + 1) and B_tig (8 + 2 tig, ...) of each of its rows; one exchange with
+    // the partner lane gives even lanes A_tig A_tig+1 (columns 2 tig .. + 3) and odd lanes
+    // B_tig-1 B_tig (8 + 2 tig - 2 .. + 3), so a quad's four stores cover the group's 32 bytes.
+    unsigned char* out = static_cast<unsigned char*>(a.out) + (token * C::kNumHeads + head0) * static_cast<i64>(kVDim * 2);
+    const bool odd = (ln.tig & 1) != 0;
+    const int col = 256 * ln.wg + 8 * (ln.tig & 1) + 4 * (ln.tig >> 1);
+    unsigned char* row0 = out + static_cast<i64>(ln.r0) * (kVDim * 2) + col * 2;
+    unsigned char* row1 = out + static_cast<i64>(ln.r1) * (kVDim * 2) + col * 2;
+    auto store_pair = [&](unsigned char* dst, bool row_valid, u32 a_word, u32 b_word) {
+      const u32 got = __shfl_xor_sync(0xFFFFFFFFu, odd ? a_word : b_word, 1);
+      // Streaming store (.cs, evict first): the output is not re-read; keep L2 for the gathered rows.
+      if (row_valid) {
+        asm volatile("st.global.cs.v2.b32 [%0], {%1, %2};\n" ::"l"(dst), "r"(odd ? got : a_word), "r"(odd ? b_word : got)
+                     : "memory");
+      }
+    };
+    const bool valid0 = ln.r0 < C::kHeadsPerCta, valid1 = ln.r1 < C::kHeadsPerCta;
+#pragma unroll
+    for (int kk = 0; kk < 16; ++kk) {
+      store_pair(row0 + 32 * kk, valid0, pack_bf16x2(o[8 * kk + 0] * f0, o[8 * kk + 1] * f0),
+                 pack_bf16x2(o[8 * kk + 4] * f0, o[8 * kk + 5] * f0));
+      store_pair(row1 + 32 * kk, valid1, pack_bf16x2(o[8 * kk + 2] * f1, o[8 * kk + 3] * f1),
+                 pack_bf16x2(o[8 * kk + 6] * f1, o[8 * kk + 7] * f1));
+    }
+    return;
+  }
   // Stage: row r of the output at s.q + r * 1024, 16-byte chunk c (of 64) at (c ^ (r % 8)).
   if constexpr (DIM_PAIRS_SPLIT) {
     // Dims 16 kk + 4 tig .. + 3 of rows r0 / r1: byte 8 (tig & 1) of 16-byte chunk 2 kk + tig / 2.
@@ -1389,7 +1514,7 @@ MJ_DEVICE void finish(const SparsePrefillArgs& a, const Smem& s, const Lane& ln,
 // WG0: scores stage 0 (even blocks), owns output columns 0..255.
 template <class C>
 MJ_DEVICE void consume_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane& ln, int lane, i64 token, int head0,
-                           int steps, float q_unscale) {
+                           int steps, float q_unscale, u32 gs = 0, u32 item = 0) {
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
@@ -1405,16 +1530,21 @@ MJ_DEVICE void consume_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane
   const u64 dp1 = sm90::smem_desc_sw128(s.p1, 16, 1024);
 
   if (steps > 0) {
-    wait_full<C>(s, 0, 0, 0);
+    wait_full<C>(s, 0, 0, gs & 1u);
     issue_qk<0, kLeftTiles, C::kF16>(p, dq, dk0, true);
-    wait_full<C>(s, 0, 1, 0);
+    wait_full<C>(s, 0, 1, gs & 1u);
     issue_qk<kLeftTiles, kQkTiles, C::kF16>(p, dq, dk0, false);
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(p);
   }
   for (int step = 0; step < steps; ++step) {
-    const u32 parity = static_cast<u32>(step) & 1u;
+    const u32 parity = (gs + static_cast<u32>(step)) & 1u;
+    // Persistent: this item's Q K^T are all done (the last one was waited for above or at the end
+    // of the previous step): the producer may load the next item's query tile.
+    if constexpr (C::kPersistent) {
+      if (step == steps - 1) sm90::mbar_arrive(s.q_free);
+    }
     float mx0, mx1;
     scale_mask_scores<C>(p, s, 0, ln, mult, mx0, mx1);
     const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
@@ -1472,13 +1602,13 @@ MJ_DEVICE void consume_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane
     sm90::fence_regs(o);
     sm90::fence_regs(p);
   }
-  finish<C>(a, s, ln, lane, token, head0, o, m0, m1, l0, l1);
+  finish<C>(a, s, ln, lane, token, head0, o, m0, m1, l0, l1, item);
 }
 
 // WG1: scores stage 1 (odd blocks), owns output columns 256..511.
 template <class C>
 MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane& ln, int lane, i64 token, int head0,
-                           int steps, float q_unscale) {
+                           int steps, float q_unscale, u32 gs = 0, u32 item = 0) {
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
@@ -1493,7 +1623,7 @@ MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane
   const u64 dp0 = sm90::smem_desc_sw128(s.k[0] + 8 * kTileBytes, 16, 1024);
 
   for (int step = 0; step < steps; ++step) {
-    const u32 parity = static_cast<u32>(step) & 1u;
+    const u32 parity = (gs + static_cast<u32>(step)) & 1u;
     wait_full<C>(s, 1, 1, parity);
     issue_qk<kLeftTiles, kQkTiles, C::kF16>(p, dq, dk1, true);
     wait_full<C>(s, 1, 0, parity);
@@ -1501,6 +1631,9 @@ MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(p);
+    if constexpr (C::kPersistent) {
+      if (step == steps - 1) sm90::mbar_arrive(s.q_free);  // the item's last Q K^T is done
+    }
 
     float mx0, mx1;
     scale_mask_scores<C>(p, s, 1, ln, mult, mx0, mx1);
@@ -1540,7 +1673,59 @@ MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane
     sm90::mbar_arrive(s.empty[0][1]);  // stage 0 right (and P0 in its rope tile): done
     sm90::fence_regs(o);
   }
-  finish<C>(a, s, ln, lane, token, head0, o, m0, m1, l0, l1);
+  finish<C>(a, s, ln, lane, token, head0, o, m0, m1, l0, l1, item);
+}
+
+// ---- persistent roles (Config::kPersistent) ----------------------------------------------------------
+// Every role walks the same items: it = blockIdx.x, + gridDim.x, ... (a static stride: no counter to
+// reset, so a launch can be replayed in a CUDA graph), with each item's topk length loaded one item
+// ahead. `gs` counts the steps of the items before (the K ring's barrier parities run on), `n` the
+// items (parities of q_full / q_free / rowsum_ready / rowsum_read).
+template <class C>
+MJ_DEVICE void produce_items(const SparsePrefillArgs& a, const Smem& s) {
+  const int first = static_cast<int>(blockIdx.x);
+  hint_first_indices<C>(a, first / C::kCtasPerToken);
+  u32 len = item_len<C>(a, first, static_cast<int>(a.num_tokens) * C::kCtasPerToken);
+  // L2 policies: gathered rows evict-last (re-read by other tokens' CTAs), the query evict-first
+  // (read once). Created once, outside the item loop.
+  const u64 policy = sm90::l2_policy_evict_last(), q_policy = sm90::l2_policy_evict_first();
+  u32 gs = 0;  // steps of the items before (only its parity is used)
+  for (u32 n = 0;; ++n) {
+    // The item index is recomputed from n (and the item count from the arguments) rather than
+    // carried: fewer values live across the step loop, where the producer's 72 registers are tight.
+    const int items = static_cast<int>(a.num_tokens) * C::kCtasPerToken;
+    const int it = first + static_cast<int>(n * gridDim.x);
+    if (it >= items) break;
+    const u32 len_next = item_len<C>(a, it + static_cast<int>(gridDim.x), items);
+    const CtaWork w = item_work<C>(a, it, len);
+    produce_bf16<C>(a, s, w.token, w.head0, w.topk_len, w.steps, gs, n, policy, q_policy);
+    gs += static_cast<u32>(w.steps);
+    len = len_next;
+  }
+  sm90::cp_async_wait_all();
+}
+
+template <class C, int WG>
+MJ_DEVICE void consume_items(const SparsePrefillArgs& a, const Smem& s, const Lane& ln, int lane) {
+  const int items = static_cast<int>(a.num_tokens) * C::kCtasPerToken, stride = static_cast<int>(gridDim.x);
+  int it = static_cast<int>(blockIdx.x);
+  u32 len = item_len<C>(a, it, items);
+  u32 gs = 0;
+  for (u32 n = 0; it < items; ++n, it += stride) {
+    const u32 len_next = item_len<C>(a, it + stride, items);
+    const CtaWork w = item_work<C>(a, it, len);
+    // The query tile landed by cp.async (the acquire-form proxy fence: no instruction, as wait_full).
+    sm90::mbar_wait(s.q_full, n & 1u);
+    sm90::fence_proxy_async_acquire_smem();
+    if (w.steps == 0) sm90::mbar_arrive(s.q_free);  // else after the item's last Q K^T
+    if constexpr (WG == 0) {
+      consume_wg0<C>(a, s, ln, lane, w.token, w.head0, w.steps, 1.0f, gs, n);
+    } else {
+      consume_wg1<C>(a, s, ln, lane, w.token, w.head0, w.steps, 1.0f, gs, n);
+    }
+    gs += static_cast<u32>(w.steps);
+    len = len_next;
+  }
 }
 
 }  // namespace sparse_prefill_sm90
@@ -1564,45 +1749,65 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
     r.rowsum = reinterpret_cast<float*>(smem_raw + C::kOffRowSum);
     r.bias = reinterpret_cast<float*>(smem_raw + C::kOffBias);
     r.colscale = reinterpret_cast<float*>(smem_raw + C::kOffColScale);
+    if constexpr (C::kPersistent) {
+      const u32 bars = sm90::smem_addr(smem_raw + C::kOffItemBars);
+      r.q_full = bars;
+      r.q_free = bars + 8u;
+      r.rowsum_read = bars + 16u;
+    }
     return r;
   }();
-  const CtaWork work = cta_work<C>(args);
-  const i64 token = work.token;
-  const int head0 = work.head0, topk_len = work.topk_len, steps = work.steps;
   const int wg = static_cast<int>(threadIdx.x) / 128;
 
   if (threadIdx.x == 0) {
     // full: fp8 plain arrivals; bf16 + one cp.async arrival each. empty: one warpgroup per half.
     init_barriers(s, C::kFp8 ? 128u : 256u, 128u, 128u);
+    if constexpr (C::kPersistent) {
+      sm90::mbar_init(s.q_full, 128u);  // the producer's cp.async arrivals
+      sm90::mbar_init(s.q_free, 256u);
+      sm90::mbar_init(s.rowsum_read, 256u);
+    }
     if constexpr (C::kF16) *reinterpret_cast<u32*>(s.rowsum) = 0u;  // load_q's tile maximum
     sm90::mbar_init_fence();
   }
   __syncthreads();
 
-  if (wg == 2) {
-    sm90::setmaxnreg_dec<C::kProducerRegs>();
-    if constexpr (C::kF16 && !C::kF16Group && MJ_SP90_FP8_LINE_GATHER) {
-      produce_fp8_lines<C>(args, s, token, topk_len, steps);
-    } else if constexpr (C::kFp8) {
-      produce_fp8<C>(args, s, token, topk_len, steps);
+  if constexpr (C::kPersistent) {
+    if (wg == 2) {
+      sm90::setmaxnreg_dec<C::kProducerRegs>();
+      produce_items<C>(args, s);
     } else {
-      produce_bf16<C>(args, s, token, topk_len, steps);
+      sm90::setmaxnreg_inc<C::kConsumerRegs>();
+      const int lane = static_cast<int>(threadIdx.x) & 31;
+      const Lane ln = make_lane(wg, lane);
+      if (wg == 0) {
+        consume_items<C, 0>(args, s, ln, lane);
+      } else {
+        consume_items<C, 1>(args, s, ln, lane);
+      }
     }
   } else {
-    sm90::setmaxnreg_inc<C::kConsumerRegs>();
-    const int lane = static_cast<int>(threadIdx.x) & 31;
-    Lane ln;
-    ln.wg = wg;
-    ln.w = (static_cast<int>(threadIdx.x) >> 5) & 3;
-    ln.gid = lane >> 2;
-    ln.tig = lane & 3;
-    ln.r0 = 16 * ln.w + ln.gid;
-    ln.r1 = ln.r0 + 8;
-    const float q_unscale = load_q<C>(args, s, token, head0);
-    if (wg == 0) {
-      consume_wg0<C>(args, s, ln, lane, token, head0, steps, q_unscale);
+    // One item per CTA (the fp8 kernels).
+    const CtaWork work = cta_work<C>(args);
+    const i64 token = work.token;
+    const int head0 = work.head0, topk_len = work.topk_len, steps = work.steps;
+    if (wg == 2) {
+      sm90::setmaxnreg_dec<C::kProducerRegs>();
+      if constexpr (C::kF16 && !C::kF16Group && MJ_SP90_FP8_LINE_GATHER) {
+        produce_fp8_lines<C>(args, s, token, topk_len, steps);
+      } else {
+        produce_fp8<C>(args, s, token, topk_len, steps);
+      }
     } else {
-      consume_wg1<C>(args, s, ln, lane, token, head0, steps, q_unscale);
+      sm90::setmaxnreg_inc<C::kConsumerRegs>();
+      const int lane = static_cast<int>(threadIdx.x) & 31;
+      const Lane ln = make_lane(wg, lane);
+      const float q_unscale = load_q<C>(args, s, token, head0);
+      if (wg == 0) {
+        consume_wg0<C>(args, s, ln, lane, token, head0, steps, q_unscale);
+      } else {
+        consume_wg1<C>(args, s, ln, lane, token, head0, steps, q_unscale);
+      }
     }
   }
 }

@@ -136,7 +136,8 @@ struct Outputs {
   std::vector<float> lse;
 };
 
-Outputs run_on_device(const ref::SparsePrefillProblem& pb, DeviceProblem& d, Path path) {
+// grid_ctas > 0: the sm90 path's persistent kernel on that many CTAs (sparse_prefill::launch).
+Outputs run_on_device(const ref::SparsePrefillProblem& pb, DeviceProblem& d, Path path, int64_t grid_ctas = 0) {
   const auto& p = pb.p;
   const int64_t T = pb.num_tokens, H = p.num_q_heads;
   d.out.fill_bytes(0xFF);  // bf16 0xFFFF and f32 0xFFFFFFFF are NaN: unwritten slots show
@@ -148,10 +149,16 @@ Outputs run_on_device(const ref::SparsePrefillProblem& pb, DeviceProblem& d, Pat
                            {pb.num_blocks, 1, pb.num_layers, p.page_size, 1, p.scales_per_token()});
   TensorView sink = p.attn_sink ? TensorView(d.sink.get(), DType::f32, {H}) : TensorView();
   TensorView lse = p.emit_lse ? TensorView(d.lse.get(), DType::f32, {T, H}) : TensorView();
-  sparse_prefill::run(p, TensorView(d.q.get(), DType::bf16, {T, H, 576}), kv,
-                      TensorView(d.indices.get(), DType::u32, {T, pb.indices_stride}),
-                      TensorView(d.lengths.get(), DType::u32, {T}), pb.layer_idx, pb.softmax_scale, sink,
-                      TensorView(d.out.get(), DType::bf16, {T, H, 512}), lse, path, nullptr);
+  const TensorView q(d.q.get(), DType::bf16, {T, H, 576}), indices(d.indices.get(), DType::u32, {T, pb.indices_stride}),
+      lengths(d.lengths.get(), DType::u32, {T}), out(d.out.get(), DType::bf16, {T, H, 512});
+  if (grid_ctas > 0) {
+    REQUIRE(path == Path::sm90);
+    const SparsePrefillArgs args = sparse_prefill::make_args(p, q, kv, indices, lengths, pb.layer_idx, pb.softmax_scale,
+                                                             sink, out, lse);
+    sparse_prefill::launch(*sparse_prefill::kernel_for(p, path), p, path, args, nullptr, grid_ctas);
+  } else {
+    sparse_prefill::run(p, q, kv, indices, lengths, pb.layer_idx, pb.softmax_scale, sink, out, lse, path, nullptr);
+  }
   driver::synchronize();
   Outputs o;
   o.out.resize(static_cast<size_t>(T * H * 512));
@@ -317,9 +324,26 @@ TEST_SUITE("sparse_prefill_small") {
         fp8_math_case("small fp8-math sbs576 h80 b64 p64 sink", 80, 5, 192, 64, 64, 576, true),
         fp8_math_case("small fp8-math sbs0 h16 b128 p16", 16, 5, 128, 128, 16, 0, false),
         ue8m0_case("small fp8 sbs64 ue8m0 h64 b64 p64 sink", 64, 5, 192, 64, 64, 64, true),
+        // Width 192 on f16 tiles (kF16Group: owner-lane scale loads, shuffled multipliers, a per-row
+        // 2^R) with R above 0 for some rows, two CTAs per token.
+        wide_ue8m0_case("small fp8 sbs192 ue8m0 h128 b128 p64 groups 2^-2..2^17", 128, 4, 256, 128, 64, 192, true, -2, 17),
     };
     uint64_t seed = 100;
     for (const Case& c : cases) run_case(c, seed++);
+    // The persistent bf16 kernel on grids smaller than the item count (each CTA walks several items
+    // through one K ring), so that the sanitizers see the cross-item hand-offs too.
+    if (Runtime::global().arch() == "sm_90a") {
+      for (const Case& c : {cases[0], cases[1]}) {
+        CAPTURE(c.name);
+        const auto pb = problem_of(c, 150);
+        DeviceProblem d(pb);
+        const auto r = ref::sparse_prefill_reference(pb);
+        for (int64_t grid : {int64_t{1}, int64_t{3}}) {
+          CAPTURE(grid);
+          check_outputs(c, pb, r, run_on_device(pb, d, Path::sm90, grid), Path::sm90);
+        }
+      }
+    }
   }
 }
 
@@ -489,6 +513,40 @@ TEST_SUITE("sparse_prefill") {
         const Outputs a = run_on_device(pb, d, path), b = run_on_device(pb, d, path);
         CHECK(a.out == b.out);
         CHECK(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0);
+      }
+    }
+  }
+
+  TEST_CASE("sparse_prefill bf16 persistent kernel: any grid gives the same bits, at SPEC precision") {
+    // The bf16 Hopper kernel walks items (token x head tile) with the grid's stride, carrying its K
+    // ring's barrier parities, the query tile's load and the row-sum exchange across items. One CTA
+    // (every item through one K ring, ragged lengths, rows of length 0 between others), odd grids
+    // that split a token's two head tiles across CTAs, and one CTA per item must give the automatic
+    // grid's bits; the single-CTA run is also held to the f64 reference.
+    if (Runtime::global().arch() != "sm_90a") {
+      MESSAGE("SKIPPED: the persistent kernel is the sm_90a path (this device is ", Runtime::global().arch(), ")");
+      return;
+    }
+    const Case cases[] = {
+        {"bf16 h128 s31 topk1024 b64 p64 sink", DType::bf16, 128, 31, 1024, 64, 64, 0, true},
+        {"bf16 h48 s13 topk256 b128 p128 nolse", DType::bf16, 48, 13, 256, 128, 128, 0, false, false},
+        {"bf16 h16 s9 topk384 b64 p16", DType::bf16, 16, 9, 384, 64, 16},
+    };
+    uint64_t seed = 900;
+    for (const Case& c : cases) {
+      CAPTURE(c.name);
+      const SparsePrefillParams p = params_of(c);
+      REQUIRE(sparse_prefill::sm90_plan(p).persistent);
+      const auto pb = problem_of(c, seed++);
+      DeviceProblem d(pb);
+      const Outputs base = run_on_device(pb, d, Path::sm90);
+      const int64_t items = pb.num_tokens * sparse_prefill::sm90_plan(p).head_tiles;
+      for (int64_t grid : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{7}, int64_t{131}, items}) {
+        CAPTURE(grid);
+        const Outputs o = run_on_device(pb, d, Path::sm90, grid);
+        CHECK(o.out == base.out);
+        CHECK(std::memcmp(o.lse.data(), base.lse.data(), o.lse.size() * 4) == 0);
+        if (grid == 1) check_outputs(c, pb, ref::sparse_prefill_reference(pb), o, Path::sm90);
       }
     }
   }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include "mlajit/codegen.hpp"
 #include "mlajit/error.hpp"
@@ -560,4 +561,32 @@ TEST_CASE("sparse_prefill reference data: ue8m0 group magnitudes follow the shap
   s.ue8m0_group_exp_lo = 3;
   s.ue8m0_group_exp_hi = 2;
   CHECK_THROWS_AS(ref::make_random_problem(p, s, 1), std::invalid_argument);
+}
+
+TEST_CASE("sparse_prefill launch grid: the persistent bf16 Hopper kernel takes a grid size, the others one CTA per item") {
+  using sparse_prefill::Path;
+  SparsePrefillParams bf16;
+  bf16.kv_dtype = DType::bf16;
+  bf16.num_q_heads = 128;
+  CHECK(sparse_prefill::sm90_plan(bf16).persistent);
+  CHECK(sparse_prefill::sm90_plan(bf16).smem_bytes == 1872 + 24 + 1024 + 3 * 73728 + 8192);
+  // Explicit grids: capped at the item count (tokens x 64-head tiles); no tokens, no CTAs.
+  CHECK(sparse_prefill::launch_ctas(bf16, Path::sm90, 10, 3) == 3);
+  CHECK(sparse_prefill::launch_ctas(bf16, Path::sm90, 10, 7) == 7);
+  CHECK(sparse_prefill::launch_ctas(bf16, Path::sm90, 10, 1000) == 20);
+  CHECK(sparse_prefill::launch_ctas(bf16, Path::sm90, 0, 5) == 0);
+  SparsePrefillParams fp8 = bf16;
+  fp8.kv_dtype = DType::fp8_e4m3;
+  fp8.scale_block_size = 576;
+  CHECK_FALSE(sparse_prefill::sm90_plan(fp8).persistent);
+  CHECK(sparse_prefill::sm90_plan(fp8).smem_bytes == 1872 + 1024 + 3 * 73728 + 8192);
+  CHECK(sparse_prefill::launch_ctas(fp8, Path::sm90, 10, 0) == 20);
+  CHECK(sparse_prefill::launch_ctas(bf16, Path::sm80, 10, 0) == 10 * sparse_prefill::sm80_plan(bf16).head_tiles);
+  // A grid size for a kernel that does not walk items, or a negative one: errors naming grid_ctas.
+  for (const auto& [p, path, grid] : {std::tuple{fp8, Path::sm90, int64_t{3}}, std::tuple{bf16, Path::sm80, int64_t{3}},
+                                      std::tuple{bf16, Path::sm90, int64_t{-1}}}) {
+    const std::string e = error_of([&] { sparse_prefill::launch_ctas(p, path, 10, grid); });
+    CHECK_MESSAGE(e.find("grid_ctas") != std::string::npos, e);
+    CHECK_MESSAGE(e.find(std::to_string(grid)) != std::string::npos, e);
+  }
 }

@@ -198,7 +198,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   }
 
   Stream stream = driver::create_stream();
-  auto run_mlajit = [&] { sparse_prefill::launch(*kernel, p, path, args, stream); };
+  auto run_mlajit = [&] { sparse_prefill::launch(*kernel, p, path, args, stream, a.ctas); };
   // The anchor twice: without per-token lengths (its default instantiation: every row has `topk`
   // keys, no length load) and with them (its topk_length instantiation reads topk_length[t] first,
   // as mlajit always reads topk_lengths[t]: the same work). The lengths buffer holds `topk` for
@@ -229,6 +229,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   j["op"] = "sparse_prefill";
   j["params"] = params_to_json(OpParams{p});
   j["path"] = sparse_prefill::path_name(path);
+  j["ctas"] = sparse_prefill::launch_ctas(p, path, T, a.ctas);
   j["arch"] = rt.arch();
   j["device"] = info.name;
   j["s_q"] = T;

@@ -29,6 +29,7 @@ struct SparsePrefillBenchArgs {
   bool emit_lse = true;
   int reps = 20;
   std::string path = "auto";  // auto | sm80 | sm90
+  int64_t ctas = 0;  // grid of the persistent sm90 kernel (bf16); 0 = automatic (sparse_prefill::launch)
   // Optional: a shared library timed side by side on the same inputs (see below); "" = none.
   std::string anchor;
 };

@@ -45,8 +45,14 @@ Path resolve_path(const SparsePrefillParams& p, const std::string& arch, Path re
 std::shared_ptr<const Kernel> kernel_for(const SparsePrefillParams& p, Path path, Stream stream = nullptr);
 
 // Launches entry `path` (sm80 | sm90) of `kernel` (kernel_for(p, path)) over args.num_tokens tokens.
+// grid_ctas: 0 = automatic (the persistent sm90 kernel, Sm90Plan::persistent: one CTA per SM, at most
+// one per item; every other kernel: one CTA per item). > 0, persistent kernel only: that many CTAs
+// (capped at the item count), for the tests (grids of 1, 3, 7 CTAs walk many items each) and the
+// benchmark's A/B against one CTA per item; elsewhere an Error.
 void launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, const SparsePrefillArgs& args,
-            Stream stream);
+            Stream stream, int64_t grid_ctas = 0);
+// The grid launch() uses (same rules and errors); 0 for no tokens.
+int64_t launch_ctas(const SparsePrefillParams& p, Path path, int64_t num_tokens, int64_t grid_ctas = 0);
 
 // make_args + resolve_path + Runtime::global().get + launch: ops::sparse_prefill with a path.
 void run(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCacheView& kv, const TensorView& indices,

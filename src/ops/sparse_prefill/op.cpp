@@ -3,6 +3,7 @@
 // argument struct (templates/sparse_prefill/args.h), picks the entry (Hopper wgmma kernel on
 // sm_90a where it covers the spec, else the portable mma.sync kernel; qk_math fp8: the Hopper
 // kernel or an error) and launches it with the geometry of ops/sparse_prefill/plan.hpp.
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -225,27 +226,37 @@ std::shared_ptr<const Kernel> kernel_for(const SparsePrefillParams& p, Path path
   return k;
 }
 
+int64_t launch_ctas(const SparsePrefillParams& p, Path path, int64_t num_tokens, int64_t grid_ctas) {
+  MLAJIT_EXPECT(grid_ctas >= 0, "grid_ctas", grid_ctas, ">= 0 (0 = automatic)");
+  const bool persistent = path == Path::sm90 && sm90_plan(p).persistent;
+  if (grid_ctas > 0 && !persistent)
+    throw_invalid("grid_ctas", grid_ctas, "0: only the persistent sm90 kernel (a bf16 cache) takes a grid size");
+  const int head_tiles = path == Path::sm90 ? sm90_plan(p).head_tiles : sm80_plan(p).head_tiles;
+  const int64_t items = num_tokens * head_tiles;
+  MLAJIT_EXPECT(items <= INT_MAX, "q dim 0 (tokens)", num_tokens, fmt::format("at most {} tokens per launch", INT_MAX / head_tiles));
+  if (!persistent) return items;
+  // One CTA per SM (its shared memory leaves room for no second), each walking items with the grid's
+  // stride; never more CTAs than items. A CUDA graph replays the same grid (the SM count).
+  return std::min(items, grid_ctas > 0 ? grid_ctas : static_cast<int64_t>(std::max(1, Runtime::global().sm_count())));
+}
+
 void launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, const SparsePrefillArgs& args,
-            Stream stream) {
+            Stream stream, int64_t grid_ctas) {
+  const int64_t ctas = launch_ctas(p, path, args.num_tokens, grid_ctas);
   if (args.num_tokens == 0) return;
   LaunchDims d;
   int entry;
-  int64_t ctas;
   if (path == Path::sm90) {
     const Sm90Plan plan = sm90_plan(p);
     entry = kEntrySm90;
-    ctas = args.num_tokens * plan.head_tiles;
     d.block[0] = static_cast<unsigned>(plan.threads);
     d.smem_bytes = static_cast<unsigned>(plan.smem_bytes);
   } else {
     const Sm80Plan plan = sm80_plan(p);
     entry = kEntrySm80;
-    ctas = args.num_tokens * plan.head_tiles;
     d.block[0] = static_cast<unsigned>(plan.threads);
     d.smem_bytes = static_cast<unsigned>(plan.smem_bytes);
   }
-  MLAJIT_EXPECT(ctas <= INT_MAX, "q dim 0 (tokens)", args.num_tokens,
-                fmt::format("at most {} tokens per launch", INT_MAX / (ctas / args.num_tokens)));
   d.grid[0] = static_cast<unsigned>(ctas);
   kernel.launch(entry, d, stream, args);
 }

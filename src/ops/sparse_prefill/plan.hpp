@@ -37,6 +37,10 @@ struct Sm90Plan {
   int threads = 0;
   int smem_bytes = 0;
   int num_stages = 0;
+  // Whether a CTA walks several items (token x head tile: items = tokens * head_tiles), it, + grid,
+  // ...: then the op launches min(items, SMs) CTAs (one per SM; the kernel's shared memory allows
+  // no second), else one CTA per item. The bf16 kernel (notes item 38).
+  bool persistent = false;
 };
 bool sm90_supported(const SparsePrefillParams& p);
 // Whether the portable kernel computes p: every spec except qk_math fp8, whose FP8 tensor-core math
