@@ -9,9 +9,10 @@
 //   mlajit_sparse_prefill_sm90(const __grid_constant__ SparsePrefillArgs args) {
 //     mj::sparse_prefill_sm90::run<Cfg>(args);
 //   }
-// Launch: grid  = (num_tokens * Cfg::kCtasPerToken, 1, 1)
+// Launch: grid  = (num_tokens * Cfg::kCtasPerToken, 1, 1) items
 //               (= num_tokens * NUM_HEADS / Cfg::kHeadsPerCta; token-major: the CTAs of one token
-//                are adjacent so they read its gathered rows from L2 together)
+//                are adjacent so they read its gathered rows from L2 together);
+//               Cfg::kPersistent (bf16): any grid up to that, the op launches min(items, SMs)
 //         block = (Cfg::kThreads = 384, 1, 1)
 //         dynamic shared memory = Cfg::kSmemBytes (232272 bytes, FP8_MATH 189520: needs the opt-in
 //         CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES; the sm_90 limit is 232448).
@@ -82,6 +83,15 @@
 //     registers (RS form) and the other warpgroup's P through shared memory (SS form).
 //   Epilogue: row sums exchanged, O scaled (sink, empty-row rule), staged as bf16 in the query
 //   tile's space, stored with 16-byte coalesced writes; lse by WG0.
+// Persistent (bf16 cache, Config::kPersistent): each CTA walks items (token x head tile) it =
+//   blockIdx.x, + gridDim.x, ... with one SM's worth of CTAs. The K ring and its barrier parities
+//   run on across items; the producer loads each item's query tile itself (q_free -> cp.async ->
+//   q_full) once both consumers' last Q K^T of the item before completed, and gathers the
+//   next item's first stages while the consumers finish the last step and the epilogue; the
+//   epilogue stores O from registers (8 bytes per lane, one shuffle per pair) because the query
+//   space may already hold the next item. Per item this hides the CTA launch, the topk length ->
+//   index -> first gather chain and the query load: 11.2K -> 8.2K cycles of fixed cost per item
+//   (notes 38).
 // fp8 decode, unit / per-row scales and power-of-two groups of 192 (C::kF16): one
 // cvt.rn.f16x2.e4m3x2 per pair into f16 tiles (kF16Group: times the group's 2^(e_g - R)); the
 // consumers then run the f16 wgmma (same rate as bf16) with Q and P in f16 too.
@@ -1101,9 +1111,7 @@ struct CtaWork {
   int head0, topk_len, steps;
 };
 // Item `it` (token it / kCtasPerToken, head tile it % kCtasPerToken) given its topk_lengths value.
-// Item indices are 32-bit (the host keeps tokens * head tiles <= INT_MAX): the persistent item loops
-// then hold fewer uniform registers across their step loops (64-bit ones pushed the wgmma
-// descriptors' constant halves out of uniform registers: two more UMOVs per HGMMA).
+// Item indices are 32-bit: the host keeps tokens * head tiles <= INT_MAX.
 template <class C>
 MJ_DEVICE CtaWork item_work(const SparsePrefillArgs& args, int it, u32 len) {
   CtaWork w;
@@ -1114,22 +1122,23 @@ MJ_DEVICE CtaWork item_work(const SparsePrefillArgs& args, int it, u32 len) {
   w.steps = (w.topk_len + 2 * kBlockKeys - 1) / (2 * kBlockKeys);
   return w;
 }
-// topk_lengths of item `it`, 0 past the last item (the persistent roles load it one item ahead).
+// topk_lengths of item `it` (the persistent roles load the next item's one item ahead).
 template <class C>
-MJ_DEVICE u32 item_len(const SparsePrefillArgs& args, int it, int items) {
-  return it < items ? __ldg(args.topk_lengths + it / C::kCtasPerToken) : 0u;
+MJ_DEVICE u32 item_len(const SparsePrefillArgs& args, int it) {
+  return __ldg(args.topk_lengths + it / C::kCtasPerToken);
 }
 // The producer's first index loads wait for topk_lengths[token] (SPEC §3: slots past the length are
 // never read), so at CTA start two DRAM round trips run back to back. Five lanes of the producer
 // hint the row's first 160 slots (the first step's 128) into L2 while the length is in flight: a
 // prefetch moves no value into the program, and the row is allocated up to its stride.
+// (The CTA's first item is blockIdx.x in both grids.)
 template <class C>
-MJ_DEVICE void hint_first_indices(const SparsePrefillArgs& args, i64 token) {
+MJ_DEVICE void hint_first_indices(const SparsePrefillArgs& args) {
   constexpr bool kIndexPrefetch = MJ_SP90_INDEX_PREFETCH == 1 || (MJ_SP90_INDEX_PREFETCH == -1 && !C::kFp8Math);
   if constexpr (kIndexPrefetch) {
     const u32 pt = threadIdx.x - 256u;
     if (pt < 5u && static_cast<i64>(32 * pt) < args.indices_stride) {
-      const u32* row = args.indices + token * args.indices_stride;
+      const u32* row = args.indices + (static_cast<i64>(blockIdx.x) / C::kCtasPerToken) * args.indices_stride;
       asm volatile("prefetch.global.L2 [%0];" ::"l"(row + 32 * pt));
     }
   }
@@ -1137,7 +1146,7 @@ MJ_DEVICE void hint_first_indices(const SparsePrefillArgs& args, i64 token) {
 // One CTA per item (the fp8 kernels): this CTA's item.
 template <class C>
 MJ_DEVICE CtaWork cta_work(const SparsePrefillArgs& args) {
-  hint_first_indices<C>(args, static_cast<i64>(blockIdx.x) / C::kCtasPerToken);
+  hint_first_indices<C>(args);
   CtaWork w;
   w.token = static_cast<i64>(blockIdx.x) / C::kCtasPerToken;
   w.head0 = static_cast<int>(blockIdx.x % C::kCtasPerToken) * C::kHeadsPerCta;
@@ -1683,24 +1692,24 @@ MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane
 // items (parities of q_full / q_free / rowsum_ready / rowsum_read).
 template <class C>
 MJ_DEVICE void produce_items(const SparsePrefillArgs& a, const Smem& s) {
-  const int first = static_cast<int>(blockIdx.x);
-  hint_first_indices<C>(a, first / C::kCtasPerToken);
-  u32 len = item_len<C>(a, first, static_cast<int>(a.num_tokens) * C::kCtasPerToken);
+  const int items = static_cast<int>(a.num_tokens) * C::kCtasPerToken, stride = static_cast<int>(gridDim.x);
+  int it = static_cast<int>(blockIdx.x);
+  if (it >= items) return;  // (the host launches at most one CTA per item)
+  hint_first_indices<C>(a);
+  u32 len = item_len<C>(a, it);
   // L2 policies: gathered rows evict-last (re-read by other tokens' CTAs), the query evict-first
   // (read once). Created once, outside the item loop.
   const u64 policy = sm90::l2_policy_evict_last(), q_policy = sm90::l2_policy_evict_first();
   u32 gs = 0;  // steps of the items before (only its parity is used)
   for (u32 n = 0;; ++n) {
-    // The item index is recomputed from n (and the item count from the arguments) rather than
-    // carried: fewer values live across the step loop, where the producer's 72 registers are tight.
-    const int items = static_cast<int>(a.num_tokens) * C::kCtasPerToken;
-    const int it = first + static_cast<int>(n * gridDim.x);
-    if (it >= items) break;
-    const u32 len_next = item_len<C>(a, it + static_cast<int>(gridDim.x), items);
+    const bool more = it < items - stride;  // (it + stride would overflow near INT_MAX)
+    const u32 len_next = more ? item_len<C>(a, it + stride) : 0u;
     const CtaWork w = item_work<C>(a, it, len);
     produce_bf16<C>(a, s, w.token, w.head0, w.topk_len, w.steps, gs, n, policy, q_policy);
+    if (!more) break;
     gs += static_cast<u32>(w.steps);
     len = len_next;
+    it += stride;
   }
   sm90::cp_async_wait_all();
 }
@@ -1709,10 +1718,12 @@ template <class C, int WG>
 MJ_DEVICE void consume_items(const SparsePrefillArgs& a, const Smem& s, const Lane& ln, int lane) {
   const int items = static_cast<int>(a.num_tokens) * C::kCtasPerToken, stride = static_cast<int>(gridDim.x);
   int it = static_cast<int>(blockIdx.x);
-  u32 len = item_len<C>(a, it, items);
+  if (it >= items) return;
+  u32 len = item_len<C>(a, it);
   u32 gs = 0;
-  for (u32 n = 0; it < items; ++n, it += stride) {
-    const u32 len_next = item_len<C>(a, it + stride, items);
+  for (u32 n = 0;; ++n) {
+    const bool more = it < items - stride;
+    const u32 len_next = more ? item_len<C>(a, it + stride) : 0u;
     const CtaWork w = item_work<C>(a, it, len);
     // The query tile landed by cp.async (the acquire-form proxy fence: no instruction, as wait_full).
     sm90::mbar_wait(s.q_full, n & 1u);
@@ -1723,8 +1734,10 @@ MJ_DEVICE void consume_items(const SparsePrefillArgs& a, const Smem& s, const La
     } else {
       consume_wg1<C>(a, s, ln, lane, w.token, w.head0, w.steps, 1.0f, gs, n);
     }
+    if (!more) break;
     gs += static_cast<u32>(w.steps);
     len = len_next;
+    it += stride;
   }
 }
 
@@ -1757,6 +1770,9 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
     }
     return r;
   }();
+  // One item per CTA (the fp8 kernels): its topk length load is issued before the barrier set-up.
+  CtaWork work{};
+  if constexpr (!C::kPersistent) work = cta_work<C>(args);
   const int wg = static_cast<int>(threadIdx.x) / 128;
 
   if (threadIdx.x == 0) {
@@ -1787,8 +1803,6 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
       }
     }
   } else {
-    // One item per CTA (the fp8 kernels).
-    const CtaWork work = cta_work<C>(args);
     const i64 token = work.token;
     const int head0 = work.head0, topk_len = work.topk_len, steps = work.steps;
     if (wg == 2) {
@@ -1801,7 +1815,15 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
     } else {
       sm90::setmaxnreg_inc<C::kConsumerRegs>();
       const int lane = static_cast<int>(threadIdx.x) & 31;
-      const Lane ln = make_lane(wg, lane);
+      // (Built in place, as before the persistent kernel: a Lane returned by make_lane changes
+      // these kernels' scheduling; in place their SASS is what it was.)
+      Lane ln;
+      ln.wg = wg;
+      ln.w = (static_cast<int>(threadIdx.x) >> 5) & 3;
+      ln.gid = lane >> 2;
+      ln.tig = lane & 3;
+      ln.r0 = 16 * ln.w + ln.gid;
+      ln.r1 = ln.r0 + 8;
       const float q_unscale = load_q<C>(args, s, token, head0);
       if (wg == 0) {
         consume_wg0<C>(args, s, ln, lane, token, head0, steps, q_unscale);
