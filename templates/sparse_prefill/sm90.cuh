@@ -14,8 +14,9 @@
 //                are adjacent so they read its gathered rows from L2 together);
 //               Cfg::kPersistent (bf16): any grid up to that, the op launches min(items, SMs)
 //         block = (Cfg::kThreads = 384, 1, 1)
-//         dynamic shared memory = Cfg::kSmemBytes (232272 bytes, FP8_MATH 189520: needs the opt-in
-//         CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES; the sm_90 limit is 232448).
+//         dynamic shared memory = Cfg::kSmemBytes (232272 bytes, the persistent bf16 kernel 232296,
+//         FP8_MATH 189520: needs the opt-in CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES; the sm_90
+//         limit is 232448).
 //         The `__launch_bounds__(kThreads, 1)` (with the 1) is required: setmaxnreg needs an entry
 //         register cap.
 // Template parameters and constraints (static_asserts name the violated one):
@@ -287,7 +288,7 @@ struct Smem {
   // the same data (PTX-ordered) was reported as a RAW hazard (docs/notes/sparse_prefill_sm90.md, 17).
   u32 max1_ready;    // WG1's step max in `max`: one arrival per writing lane (32 per step)
   u32 rowsum_ready;  // both warpgroups' row sums in `rowsum`, their wgmma done, Q space free (256, once;
-                     // persistent: once per item)
+                     // persistent: once per item, and the Q space may already hold the next item)
   // Persistent kernels (Config::kPersistent) only:
   u32 q_full;        // the item's query tile landed (the producer's 128 cp.async arrivals)
   u32 q_free;        // both consumers' last Q K^T of the item done (256)
@@ -1420,7 +1421,8 @@ MJ_DEVICE void finish(const SparsePrefillArgs& a, const Smem& s, const Lane& ln,
     s.rowsum[ln.wg * 64 + ln.r0] = l0;
     s.rowsum[ln.wg * 64 + ln.r1] = l1;
   }
-  // Also: both warpgroups' wgmma are done, Q space is free. An mbarrier rather than a named
+  // Also: both warpgroups' wgmma are done, Q space is free (one item per CTA; the persistent
+  // kernel does not stage in it). An mbarrier rather than a named
   // barrier: finish() is inlined into both consumer branches (an aligned bar.sync reached from two
   // static instructions is what synccheck calls divergent), and racecheck models mbarriers exactly.
   sm90::mbar_arrive(s.rowsum_ready);

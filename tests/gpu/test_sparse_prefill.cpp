@@ -520,9 +520,11 @@ TEST_SUITE("sparse_prefill") {
   TEST_CASE("sparse_prefill bf16 persistent kernel: any grid gives the same bits, at SPEC precision") {
     // The bf16 Hopper kernel walks items (token x head tile) with the grid's stride, carrying its K
     // ring's barrier parities, the query tile's load and the row-sum exchange across items. One CTA
-    // (every item through one K ring, ragged lengths, rows of length 0 between others), odd grids
-    // that split a token's two head tiles across CTAs, and one CTA per item must give the automatic
-    // grid's bits; the single-CTA run is also held to the f64 reference.
+    // (every item through one K ring), small odd grids that split a token's two head tiles across
+    // CTAs, and one CTA per item must give the same bits; the single-CTA run is also held to the f64
+    // reference. The lengths are ragged with odd step counts, and every third token has length 0,
+    // so items without steps come between others, back to back (two head tiles) and last in a
+    // CTA's walk. The 213-token case has more items than an H100 has SMs: its automatic grid walks.
     if (Runtime::global().arch() != "sm_90a") {
       MESSAGE("SKIPPED: the persistent kernel is the sm_90a path (this device is ", Runtime::global().arch(), ")");
       return;
@@ -531,19 +533,28 @@ TEST_SUITE("sparse_prefill") {
         {"bf16 h128 s31 topk1024 b64 p64 sink", DType::bf16, 128, 31, 1024, 64, 64, 0, true},
         {"bf16 h48 s13 topk256 b128 p128 nolse", DType::bf16, 48, 13, 256, 128, 128, 0, false, false},
         {"bf16 h16 s9 topk384 b64 p16", DType::bf16, 16, 9, 384, 64, 16},
+        {"bf16 h64 s213 topk256 b64 p64 sink", DType::bf16, 64, 213, 256, 64, 64, 0, true},
     };
     uint64_t seed = 900;
     for (const Case& c : cases) {
       CAPTURE(c.name);
       const SparsePrefillParams p = params_of(c);
       REQUIRE(sparse_prefill::sm90_plan(p).persistent);
-      const auto pb = problem_of(c, seed++);
+      auto pb = problem_of(c, seed++);
+      int zero_rows = 0;
+      for (size_t t = 0; t < pb.topk_lengths.size(); ++t) {
+        if (t % 3 == 2 || t + 1 == pb.topk_lengths.size()) {
+          pb.topk_lengths[t] = 0;
+          ++zero_rows;
+        }
+      }
+      REQUIRE(zero_rows >= 3);
       DeviceProblem d(pb);
-      const Outputs base = run_on_device(pb, d, Path::sm90);
       const int64_t items = pb.num_tokens * sparse_prefill::sm90_plan(p).head_tiles;
-      for (int64_t grid : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{7}, int64_t{131}, items}) {
+      const Outputs base = run_on_device(pb, d, Path::sm90, items);  // one CTA per item
+      for (int64_t grid : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{3}, int64_t{7}}) {
         CAPTURE(grid);
-        const Outputs o = run_on_device(pb, d, Path::sm90, grid);
+        const Outputs o = grid == 0 ? run_on_device(pb, d, Path::sm90) : run_on_device(pb, d, Path::sm90, grid);
         CHECK(o.out == base.out);
         CHECK(std::memcmp(o.lse.data(), base.lse.data(), o.lse.size() * 4) == 0);
         if (grid == 1) check_outputs(c, pb, ref::sparse_prefill_reference(pb), o, Path::sm90);

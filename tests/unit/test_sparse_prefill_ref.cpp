@@ -583,10 +583,11 @@ TEST_CASE("sparse_prefill launch grid: the persistent bf16 Hopper kernel takes a
   CHECK(sparse_prefill::launch_ctas(fp8, Path::sm90, 10, 0) == 20);
   CHECK(sparse_prefill::launch_ctas(bf16, Path::sm80, 10, 0) == 10 * sparse_prefill::sm80_plan(bf16).head_tiles);
   // A grid size for a kernel that does not walk items, or a negative one: errors naming grid_ctas.
-  for (const auto& [p, path, grid] : {std::tuple{fp8, Path::sm90, int64_t{3}}, std::tuple{bf16, Path::sm80, int64_t{3}},
-                                      std::tuple{bf16, Path::sm90, int64_t{-1}}}) {
+  for (const auto& [p, path, grid] : {std::tuple{fp8, Path::sm90, int64_t{37}}, std::tuple{bf16, Path::sm80, int64_t{37}},
+                                      std::tuple{bf16, Path::sm90, int64_t{-37}}}) {
     const std::string e = error_of([&] { sparse_prefill::launch_ctas(p, path, 10, grid); });
     CHECK_MESSAGE(e.find("grid_ctas") != std::string::npos, e);
     CHECK_MESSAGE(e.find(std::to_string(grid)) != std::string::npos, e);
+    CHECK_MESSAGE(e.find(grid > 0 ? "persistent" : ">= 0") != std::string::npos, e);
   }
 }
