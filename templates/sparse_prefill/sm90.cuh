@@ -1078,14 +1078,20 @@ MJ_DEVICE void produce_fp8(const SparsePrefillArgs& a, const Smem& s, i64 token,
 struct Lane {
   int wg, w, gid, tig, r0, r1;
 };
-MJ_DEVICE Lane make_lane(int wg, int lane) {
-  Lane ln;
+// Fills the caller's Lane in place. (The one-item kernels use this; make_lane's by-value Lane moves
+// their scheduling, while the persistent kernel was measured with make_lane. Both are the same
+// values.)
+MJ_DEVICE void set_lane(Lane& ln, int wg, int lane) {
   ln.wg = wg;
   ln.w = (static_cast<int>(threadIdx.x) >> 5) & 3;
   ln.gid = lane >> 2;
   ln.tig = lane & 3;
   ln.r0 = 16 * ln.w + ln.gid;
   ln.r1 = ln.r0 + 8;
+}
+MJ_DEVICE Lane make_lane(int wg, int lane) {
+  Lane ln;
+  set_lane(ln, wg, lane);
   return ln;
 }
 
@@ -1817,15 +1823,8 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
     } else {
       sm90::setmaxnreg_inc<C::kConsumerRegs>();
       const int lane = static_cast<int>(threadIdx.x) & 31;
-      // (Built in place, as before the persistent kernel: a Lane returned by make_lane changes
-      // these kernels' scheduling; in place their SASS is what it was.)
       Lane ln;
-      ln.wg = wg;
-      ln.w = (static_cast<int>(threadIdx.x) >> 5) & 3;
-      ln.gid = lane >> 2;
-      ln.tig = lane & 3;
-      ln.r0 = 16 * ln.w + ln.gid;
-      ln.r1 = ln.r0 + 8;
+      set_lane(ln, wg, lane);
       const float q_unscale = load_q<C>(args, s, token, head0);
       if (wg == 0) {
         consume_wg0<C>(args, s, ln, lane, token, head0, steps, q_unscale);

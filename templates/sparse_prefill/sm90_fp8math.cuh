@@ -607,12 +607,7 @@ MJ_DEVICE void run_fp8math(const SparsePrefillArgs& args) {
     sm90::setmaxnreg_inc<C::kConsumerRegs>();
     const int lane = static_cast<int>(threadIdx.x) & 31;
     Lane ln;
-    ln.wg = wg;
-    ln.w = (static_cast<int>(threadIdx.x) >> 5) & 3;
-    ln.gid = lane >> 2;
-    ln.tig = lane & 3;
-    ln.r0 = 16 * ln.w + ln.gid;
-    ln.r1 = ln.r0 + 8;
+    set_lane(ln, wg, lane);
     load_q_fp8<C>(args, s, token, head0);
     if (wg == 0) {
       consume_wg0_f8<C>(args, s, ln, lane, token, head0, steps);
