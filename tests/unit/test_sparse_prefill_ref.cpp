@@ -418,7 +418,8 @@ TEST_CASE("sparse_prefill qk_math fp8 codegen: the Hopper FP8-math kernel only, 
         CHECK(plan.smem_bytes == 189520);
         CHECK(plan.threads == 384);
         CHECK(plan.head_tiles == (heads + 63) / 64);
-        CHECK(a.code.find(fmt::format("kCtasPerToken == {}", plan.head_tiles)) != std::string::npos);
+        CHECK(a.code.find(fmt::format("kCtasPerToken == {} && SparsePrefillSm90::kPersistent == false",
+                                      plan.head_tiles)) != std::string::npos);
         // Both entries, in the usual order: the portable one is a trapping guard.
         REQUIRE(a.entries.size() == 2);
         CHECK(a.entries[sparse_prefill::kEntrySm80].symbol == sparse_prefill::kSymbolSm80);
@@ -570,6 +571,9 @@ TEST_CASE("sparse_prefill launch grid: the persistent bf16 Hopper kernel takes a
   bf16.num_q_heads = 128;
   CHECK(sparse_prefill::sm90_plan(bf16).persistent);
   CHECK(sparse_prefill::sm90_plan(bf16).smem_bytes == 1872 + 24 + 1024 + 3 * 73728 + 8192);
+  // The generated source holds the device Config to the host plan's grid rule.
+  const KernelSource bf16_src = generate_sparse_prefill_mode(KernelSpec{bf16}, Path::sm90);
+  CHECK(bf16_src.code.find("SparsePrefillSm90::kPersistent == true") != std::string::npos);
   // Explicit grids: capped at the item count (tokens x 64-head tiles); no tokens, no CTAs.
   CHECK(sparse_prefill::launch_ctas(bf16, Path::sm90, 10, 3) == 3);
   CHECK(sparse_prefill::launch_ctas(bf16, Path::sm90, 10, 7) == 7);

@@ -56,14 +56,15 @@ std::string sm90_part(const SparsePrefillParams& p, const sparse_prefill::Sm90Pl
       "    /*scale_block*/ {}, /*attn_sink*/ {}, /*emit_lse*/ {}, /*page_size*/ {}, /*num_stages*/ {},\n"
       "    /*fp8_math*/ {}, /*pow2_scales*/ {}>;\n"
       "static_assert(SparsePrefillSm90::kSmemBytes == {} && SparsePrefillSm90::kThreads == {} &&\n"
-      "              SparsePrefillSm90::kCtasPerToken == {}, \"host plan and device layout disagree\");\n"
+      "              SparsePrefillSm90::kCtasPerToken == {} && SparsePrefillSm90::kPersistent == {},\n"
+      "              \"host plan and device layout disagree\");\n"
       "extern \"C\" __global__ void __launch_bounds__({}, 1) {}(const __grid_constant__ SparsePrefillArgs args) {{\n"
       "  mj::sparse_prefill_sm90::run<SparsePrefillSm90>(args);\n"
       "}}\n",
       plan.head_tiles, plan.threads, plan.smem_bytes, p.num_q_heads, p.b_topk, cpp_bool(fp8),
       fp8 ? p.scale_block_size : 0, cpp_bool(p.attn_sink), cpp_bool(p.emit_lse), p.page_size, plan.num_stages,
       cpp_bool(p.qk_math == QkMath::fp8), cpp_bool(fp8 && p.scale_fmt == ScaleFmt::ue8m0), plan.smem_bytes,
-      plan.threads, plan.head_tiles, plan.threads, sparse_prefill::kSymbolSm90);
+      plan.threads, plan.head_tiles, cpp_bool(plan.persistent), plan.threads, sparse_prefill::kSymbolSm90);
 }
 
 // The entry whose body this module does not compile: it exists so that every module has both
