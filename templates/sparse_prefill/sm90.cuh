@@ -232,10 +232,7 @@ struct Config {
   static constexpr bool kConsumerFence = !kProducerFence;
   // The producer fills the stages with cp.async only (no register path): bf16 rows, FP8 math.
   static constexpr bool kStageByCpAsync = !KV_FP8 || FP8_MATH;
-  // Persistent (bf16 cache): a CTA walks items (token x head tile) blockIdx.x, + gridDim.x, ...; the
-  // K ring runs on across items, the producer loads each item's query tile (q_full / q_free) and
-  // starts its indices and first stages during the previous item's last step and epilogue, and the
-  // epilogue stores from registers (the Q space may already hold the next item's query). The host
+  // Persistent (bf16 cache): a CTA walks items with the grid's stride (header, Design); the host
   // launches min(items, SMs) CTAs (plan.hpp: Sm90Plan::persistent); one CTA per item also works.
   static constexpr bool kPersistent = !KV_FP8;
 
@@ -1554,26 +1551,21 @@ MJ_DEVICE void consume_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane
   // cycles against the rotated persistent one (notes 38). (Not rotated with the SS P V left in
   // flight across the back edge, ptxas serialises the wgmma: C7514.)
   constexpr bool kRotated = !C::kPersistent;
-  if (kRotated && steps > 0) {
-    wait_full<C>(s, 0, 0, gs & 1u);
+  // S = Q K^T of the step's stage-0 block, waited for (the rotated loop's first one; every one of the
+  // persistent kernel's).
+  auto score_block = [&](u32 parity) {
+    wait_full<C>(s, 0, 0, parity);
     issue_qk<0, kLeftTiles, C::kF16>(p, dq, dk0, true);
-    wait_full<C>(s, 0, 1, gs & 1u);
+    wait_full<C>(s, 0, 1, parity);
     issue_qk<kLeftTiles, kQkTiles, C::kF16>(p, dq, dk0, false);
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(p);
-  }
+  };
+  if (kRotated && steps > 0) score_block(gs & 1u);
   for (int step = 0; step < steps; ++step) {
     const u32 parity = (gs + static_cast<u32>(step)) & 1u;
-    if constexpr (!kRotated) {
-      wait_full<C>(s, 0, 0, parity);
-      issue_qk<0, kLeftTiles, C::kF16>(p, dq, dk0, true);
-      wait_full<C>(s, 0, 1, parity);
-      issue_qk<kLeftTiles, kQkTiles, C::kF16>(p, dq, dk0, false);
-      sm90::wgmma_commit();
-      sm90::wgmma_wait<0>();
-      sm90::fence_regs(p);
-    }
+    if constexpr (!kRotated) score_block(parity);
     // Persistent: this item's Q K^T are all done (the last one was waited for above or at the end
     // of the previous step): the producer may load the next item's query tile.
     if constexpr (C::kPersistent) {

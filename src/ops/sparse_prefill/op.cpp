@@ -228,10 +228,17 @@ std::shared_ptr<const Kernel> kernel_for(const SparsePrefillParams& p, Path path
 
 int64_t launch_ctas(const SparsePrefillParams& p, Path path, int64_t num_tokens, int64_t grid_ctas) {
   MLAJIT_EXPECT(grid_ctas >= 0, "grid_ctas", grid_ctas, ">= 0 (0 = automatic)");
-  const bool persistent = path == Path::sm90 && sm90_plan(p).persistent;
+  bool persistent = false;
+  int head_tiles;
+  if (path == Path::sm90) {
+    const Sm90Plan plan = sm90_plan(p);
+    persistent = plan.persistent;
+    head_tiles = plan.head_tiles;
+  } else {
+    head_tiles = sm80_plan(p).head_tiles;
+  }
   if (grid_ctas > 0 && !persistent)
     throw_invalid("grid_ctas", grid_ctas, "0: only the persistent sm90 kernel (a bf16 cache) takes a grid size");
-  const int head_tiles = path == Path::sm90 ? sm90_plan(p).head_tiles : sm80_plan(p).head_tiles;
   const int64_t items = num_tokens * head_tiles;
   MLAJIT_EXPECT(items <= INT_MAX, "q dim 0 (tokens)", num_tokens, fmt::format("at most {} tokens per launch", INT_MAX / head_tiles));
   if (!persistent) return items;
