@@ -112,6 +112,13 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
   CHECK(last_stderr().find("layers: got 0, expected 1..64") != std::string::npos);
   CHECK(cli("bench sparse_prefill --shape layers=65").code == 2);
   CHECK(last_stderr().find("layers: got 65, expected 1..64") != std::string::npos);
+  // ctas: the persistent bf16 kernel's grid only, checked before any GPU use.
+  CHECK(cli("bench sparse_prefill --shape ctas=-1").code == 2);
+  CHECK(last_stderr().find("--shape ctas: got -1, expected a non-negative integer") != std::string::npos);
+  CHECK(cli("bench sparse_prefill --shape kv_dtype=fp8_e4m3,scale_block_size=576,ctas=3").code == 2);
+  CHECK(last_stderr().find("ctas: got 3, expected 0 unless the kernel is the persistent Hopper one") != std::string::npos);
+  CHECK(cli("bench sparse_prefill --shape ctas=3,path=sm80").code == 2);
+  CHECK(last_stderr().find("ctas: got 3") != std::string::npos);
   CHECK(cli("bench kv_cache_store --anchor /nonexistent.so").code == 2);
   CHECK(last_stderr().find("only with OP mla_indexer or sparse_prefill") != std::string::npos);
   CHECK(cli("bench mla_indexer --anchor /nonexistent.so").code == 2);
