@@ -53,6 +53,15 @@ void mla_indexer(const MlaIndexerParams& p, const TensorView& q, const TensorVie
 // SPEC §3 sparse_prefill. q bf16[T, H, 576]; kv: blocks (and fp8 scales) of the latent cache;
 // indices u32[T, indices_stride] encoded; topk_lengths u32[T]; attn_sink f32[H] iff p.attn_sink;
 // out bf16[T, H, 512]; lse f32[T, H] iff p.emit_lse.
+// p.kv_staging bf16 needs `workspace`: device scratch of at least sparse_prefill_workspace_bytes(p,
+// num_blocks) bytes (num_blocks = kv.blocks dim 0), 16-byte aligned; the selected fp8 rows are
+// converted into it once per launch and the bf16 kernel reads them there. Otherwise the workspace
+// is not used (the overload without it passes an empty view); sparse_prefill_workspace_bytes is 0.
+size_t sparse_prefill_workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks);
+void sparse_prefill(const SparsePrefillParams& p, const TensorView& q, const PagedCacheView& kv,
+                    const TensorView& indices, const TensorView& topk_lengths, int layer_idx, float softmax_scale,
+                    const TensorView& attn_sink, const TensorView& out, const TensorView& lse,
+                    const TensorView& workspace, Stream stream = nullptr);
 void sparse_prefill(const SparsePrefillParams& p, const TensorView& q, const PagedCacheView& kv,
                     const TensorView& indices, const TensorView& topk_lengths, int layer_idx, float softmax_scale,
                     const TensorView& attn_sink, const TensorView& out, const TensorView& lse,

@@ -21,6 +21,11 @@ enum class IndexEmit { logical, physical };
 // unit or per-row scales), exact up to bf16/f16 rounding. fp8: opt-in, Hopper only: Q quantized per
 // token and head to e4m3 and QK (and P.V) on FP8 wgmma, faster and less accurate (README, "FP8-math mode").
 enum class QkMath { bf16, fp8 };
+// sparse_prefill on an fp8 cache. none: the attention kernel decodes the fp8 rows it gathers (no
+// workspace). bf16: opt-in: the rows the launch selects are first converted once into a bf16 copy
+// in the caller's workspace (sparse_prefill_workspace_bytes) and the bf16 kernel reads that copy:
+// faster, and each element q * scale is rounded once to bf16 (exact for unit and ue8m0 scales).
+enum class KvStaging { none, bf16 };
 
 // SPEC §1. The paged KV cache layout:
 //   blocks [num_blocks, kv_dim, num_layers, page_size, num_heads, head_size] of dtype
@@ -150,6 +155,7 @@ struct SparsePrefillParams {
   bool emit_lse = true;
   DType output_dtype = DType::bf16; // bf16
   QkMath qk_math = QkMath::bf16;    // fp8: opt-in FP8 tensor-core math (kv_dtype fp8_e4m3, scale_block_size 0 | 576)
+  KvStaging kv_staging = KvStaging::none;  // bf16: stage the selected fp8 rows as bf16 first (kv_dtype fp8_e4m3, qk_math bf16)
   // tuning knobs
   int num_stages = 0;               // gather pipeline depth (0 = heuristic)
   // Every field in JSON order: `v("name", field)` per field. One list drives JSON, hashing,
@@ -169,6 +175,7 @@ struct SparsePrefillParams {
     v("emit_lse", p.emit_lse);
     v("output_dtype", p.output_dtype);
     v("qk_math", p.qk_math);
+    v("kv_staging", p.kv_staging);
     v("num_stages", p.num_stages);
   }
   void validate() const;

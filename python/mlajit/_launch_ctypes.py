@@ -52,8 +52,8 @@ def mla_indexer(handle, device, stream, q, qs, input_row_offsets, k_blocks, k_sc
 
 
 def sparse_prefill(handle, device, stream, q, kv_blocks, kv_scales, indices, topk_lengths, layer_idx, softmax_scale,
-                   attn_sink, out, lse):
-    p = Pack(8, 1)
+                   attn_sink, out, lse, workspace):
+    p = Pack(9, 1)
     args = (p.tensor(q), p.cache(kv_blocks, kv_scales), p.tensor(indices, True), p.tensor(topk_lengths))
-    outs = (p.tensor(attn_sink), p.tensor(out), p.tensor(lse))
-    check(lib.mlajit_sparse_prefill(handle, *args, layer_idx, softmax_scale, *outs, _context(device, stream)))
+    outs = (p.tensor(attn_sink), p.tensor(out), p.tensor(lse), p.tensor(workspace))
+    check(lib.mlajit_sparse_prefill_ws(handle, *args, layer_idx, softmax_scale, *outs, _context(device, stream)))

@@ -84,6 +84,8 @@ def _load():
         "mlajit_mla_indexer_workspace_bytes": (I, [P, I64, I64, ctypes.POINTER(ctypes.c_size_t)]),
         "mlajit_mla_indexer": (I, [P, P, P, P, P, I, I64, P, P, P]),
         "mlajit_sparse_prefill": (I, [P, P, P, P, P, I, ctypes.c_float, P, P, P, P]),
+        "mlajit_sparse_prefill_workspace_bytes": (I, [P, I64, ctypes.POINTER(ctypes.c_size_t)]),
+        "mlajit_sparse_prefill_ws": (I, [P, P, P, P, P, I, ctypes.c_float, P, P, P, P, P]),
     }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)
@@ -108,7 +110,7 @@ def check(status):
 
 # The entry points that need a GPU: what a dry timing run replaces.
 DEVICE_FUNCTIONS = ("mlajit_set_device", "mlajit_kv_cache_store", "mlajit_kv_cache_gather", "mlajit_sparse_index_remap",
-                    "mlajit_mla_indexer", "mlajit_sparse_prefill")
+                    "mlajit_mla_indexer", "mlajit_sparse_prefill_ws")
 
 
 def device_function_addresses():

@@ -93,7 +93,8 @@ def _prefill(spec, q, kv_blocks, kv_scales, indices, topk_lengths, layer_idx, so
     device = _cuda_device(q)
     out, lse = _prefill_outputs(spec, q)
     _launch.sparse_prefill(op.handle, device, None, q, kv_blocks, kv_scales, indices, topk_lengths, layer_idx,
-                           softmax_scale, attn_sink, out, lse if lse.numel() else None)
+                           softmax_scale, attn_sink, out, lse if lse.numel() else None,
+                           _ops.prefill_workspace(op, kv_blocks))
     return out, lse
 
 

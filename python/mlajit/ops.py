@@ -77,6 +77,31 @@ def indexer_workspace(op, q, max_keys_per_seq):
     return torch.empty((n + 3) // 4, dtype=torch.int32, device=q.device) if n else None
 
 
+def prefill_workspace_bytes(spec, num_blocks):
+    """Bytes of scratch sparse_prefill needs on a latent cache of num_blocks blocks: nonzero only
+    with params kv_staging "bf16" (the selected fp8 rows are staged there as bf16 before the bf16
+    kernel runs; allocated per call when not given)."""
+    op = get_op(spec, "sparse_prefill")
+    key = ("sparse_prefill", num_blocks)
+    n = op.workspace_bytes.get(key)
+    if n is None:
+        size = _size_t()
+        check(lib.mlajit_sparse_prefill_workspace_bytes(op.handle, num_blocks, ctypes.byref(size)))
+        n = size.value
+        if len(op.workspace_bytes) > 256:  # a pure function of the key: a bounded memo
+            op.workspace_bytes.clear()
+        op.workspace_bytes[key] = n
+    return n
+
+
+def prefill_workspace(op, kv_blocks):
+    """sparse_prefill's scratch for a cache (torch), or None when the op needs none."""
+    if op.params.get("kv_staging", "none") == "none":
+        return None
+    n = prefill_workspace_bytes(op, kv_blocks.shape[0])
+    return torch.empty((n + 15) // 16 * 4, dtype=torch.int32, device=kv_blocks.device) if n else None
+
+
 def _key(spec):
     """The spec as the custom ops take it (a str, a constant of a traced graph)."""
     if isinstance(spec, Op):
@@ -157,10 +182,13 @@ def mla_indexer(spec, q, qs, input_row_offsets, k_blocks, k_scales, k_lookup_tab
 
 
 def sparse_prefill(spec, q, kv_blocks, indices, topk_lengths, *, softmax_scale, kv_scales=None, layer_idx=0,
-                   attn_sink=None, out=None, lse=None, stream=None):
+                   attn_sink=None, out=None, lse=None, workspace=None, stream=None):
     """Sparse MLA prefill (SPEC §3): returns (out bf16[T, H, 512], lse f32[T, H]; None without
     emit_lse, an empty tensor under torch.compile). indices: u32[T, stride] encoded indices, or the
-    i32 output of mla_indexer with emit=physical (read as u32: the same bits, -1 = invalid)."""
+    i32 output of mla_indexer with emit=physical (read as u32: the same bits, -1 = invalid).
+    workspace: with params kv_staging "bf16", device scratch of at least
+    prefill_workspace_bytes(spec, kv_blocks.shape[0]) bytes, 16-byte aligned (allocated per call
+    when not given; pass one to reuse it, e.g. across layers or in a CUDA graph); else unused."""
     device = _eager_device(q)
     if device is None:
         o, l = torch.ops.mlajit.sparse_prefill(_key(spec), q, kv_blocks, kv_scales, indices, topk_lengths, layer_idx,
@@ -176,8 +204,10 @@ def sparse_prefill(spec, q, kv_blocks, indices, topk_lengths, *, softmax_scale, 
         lse = lse if lse is not None else lse_new
     elif lse is None and op.params.get("emit_lse", True):
         lse = prefill_outputs(op, q)[1]
+    if workspace is None:
+        workspace = prefill_workspace(op, kv_blocks)
     _launch.sparse_prefill(op.handle, device, stream, q, kv_blocks, kv_scales, indices, topk_lengths, layer_idx,
-                           softmax_scale, attn_sink, out, lse)
+                           softmax_scale, attn_sink, out, lse, workspace)
     return out, lse
 
 

@@ -38,7 +38,7 @@ typedef mlajit_status (*indexer_fn)(mlajit_op, const mlajit_tensor*, const mlaji
                                     const mlajit_tensor*, void*);
 typedef mlajit_status (*prefill_fn)(mlajit_op, const mlajit_tensor*, const mlajit_paged_cache*, const mlajit_tensor*,
                                     const mlajit_tensor*, int, float, const mlajit_tensor*, const mlajit_tensor*,
-                                    const mlajit_tensor*, void*);
+                                    const mlajit_tensor*, const mlajit_tensor*, void*);
 
 static struct {
   set_device_fn set_device;
@@ -300,11 +300,11 @@ static PyObject* mla_indexer(PyObject* self, PyObject* args) {
 }
 
 static PyObject* sparse_prefill(PyObject* self, PyObject* args) {
-  PyObject *handle, *stream_obj, *q, *blocks, *scales, *indices, *topk_lengths, *attn_sink, *out, *lse;
+  PyObject *handle, *stream_obj, *q, *blocks, *scales, *indices, *topk_lengths, *attn_sink, *out, *lse, *workspace;
   int device, layer_idx;
   float softmax_scale;
-  if (!PyArg_ParseTuple(args, "OiOOOOOOifOOO", &handle, &device, &stream_obj, &q, &blocks, &scales, &indices,
-                        &topk_lengths, &layer_idx, &softmax_scale, &attn_sink, &out, &lse))
+  if (!PyArg_ParseTuple(args, "OiOOOOOOifOOOO", &handle, &device, &stream_obj, &q, &blocks, &scales, &indices,
+                        &topk_lengths, &layer_idx, &softmax_scale, &attn_sink, &out, &lse, &workspace))
     return NULL;
   mlajit_tensor t[5];
   const mlajit_tensor *pq, *pindices, *plengths, *psink, *pout, *plse;
@@ -315,13 +315,16 @@ static PyObject* sparse_prefill(PyObject* self, PyObject* args) {
       tensor_arg(indices, &t[1], &pindices) || tensor_arg(topk_lengths, &t[2], &plengths) ||
       tensor_arg(attn_sink, &t[3], &psink) || tensor_arg(out, &t[4], &pout))
     return NULL;
-  mlajit_tensor lse_tensor;
-  if (tensor_arg(lse, &lse_tensor, &plse) || launch_context(handle, device, stream_obj, &op, &stream)) return NULL;
+  mlajit_tensor lse_tensor, workspace_tensor;
+  const mlajit_tensor* pworkspace;
+  if (tensor_arg(lse, &lse_tensor, &plse) || tensor_arg(workspace, &workspace_tensor, &pworkspace) ||
+      launch_context(handle, device, stream_obj, &op, &stream))
+    return NULL;
   /* The indexer's i32 output is read as the prefill's u32 encoded indices (the same bits). */
   if (t[1].dtype == MLAJIT_I32 && pindices != NULL) t[1].dtype = MLAJIT_U32;
   mlajit_status status;
   CALL_RELEASING_GIL(status, api.sparse_prefill(op, pq, &cache.cache, pindices, plengths, layer_idx, softmax_scale,
-                                                psink, pout, plse, stream));
+                                                psink, pout, plse, pworkspace, stream));
   if (check_status(status)) return NULL;
   Py_RETURN_NONE;
 }
@@ -358,7 +361,7 @@ static PyObject* bind(PyObject* self, PyObject* args) {
   }
   void* f[6];
   static const char* const names[6] = {"mlajit_set_device",         "mlajit_kv_cache_store", "mlajit_kv_cache_gather",
-                                       "mlajit_sparse_index_remap", "mlajit_mla_indexer",    "mlajit_sparse_prefill"};
+                                       "mlajit_sparse_index_remap", "mlajit_mla_indexer",    "mlajit_sparse_prefill_ws"};
   for (int i = 0; i < 6; ++i) {
     f[i] = address_of(functions, names[i]);
     if (f[i] == NULL) return NULL;
@@ -393,7 +396,7 @@ static PyMethodDef methods[] = {
      "layer_idx, max_keys_per_seq, out, workspace)"},
     {"sparse_prefill", sparse_prefill, METH_VARARGS,
      "(handle, device, stream, q, kv_blocks, kv_scales, indices, topk_lengths, layer_idx, softmax_scale, attn_sink, "
-     "out, lse)"},
+     "out, lse, workspace)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastcall",

@@ -186,6 +186,46 @@ def test_gather_and_remap_match_the_c_api():
     assert same_bits(r, rc)
 
 
+def test_staged_fp8_prefill_is_the_bf16_kernel_on_the_dequantized_cache():
+    """params kv_staging bf16: the fp8 rows are staged as e4m3 * scale rounded once to bf16 and the
+    bf16 kernel runs on them, so the result is bit-identical to the bf16 op on a cache dequantized
+    the same way in torch; with the workspace allocated by mlajit, given, or through the C API."""
+    g = torch.Generator(device="cuda").manual_seed(5)
+    T, stride = 40, 256
+    kv8 = (torch.randn(NB, 1, LAYERS, PAGE, 1, 576, generator=g, device="cuda") * 3).to(torch.float8_e4m3fn)
+    sc = torch.rand(NB, 1, LAYERS, PAGE, 1, 9, generator=g, device="cuda") + 0.25
+    deq = (kv8.float() * sc.repeat_interleave(64, dim=-1)).to(torch.bfloat16)
+    q = torch.randn(T, 128, 576, generator=g, device="cuda").to(torch.bfloat16)
+    idx = torch.randint(0, NB * PAGE, (T, stride), generator=g, device="cuda", dtype=torch.int32)
+    idx[::3, 200:] = -1
+    idx[1::5, :7] = NB * PAGE + 3  # out of range: skipped
+    lengths = torch.randint(0, stride + 40, (T,), generator=g, device="cuda", dtype=torch.int32).view(torch.uint32)
+    scale = 576 ** -0.5
+    staged = mlajit.Op({"op": "sparse_prefill", "params": dict(PREFILL["params"], kv_dtype="fp8_e4m3",
+                                                               scale_block_size=64, kv_staging="bf16")})
+    want_o, want_l = mlajit.ops.sparse_prefill(PREFILL_OP, q, deq, idx, lengths, softmax_scale=scale, layer_idx=1)
+    o1, l1 = mlajit.ops.sparse_prefill(staged, q, kv8, idx, lengths, kv_scales=sc, softmax_scale=scale, layer_idx=1)
+    n = mlajit.ops.prefill_workspace_bytes(staged, NB)
+    assert n == NB * PAGE * 1153
+    ws = torch.full(((n + 3) // 4,), -1, dtype=torch.int32, device="cuda")  # NaN rows, every flag set
+    o2, l2 = mlajit.ops.sparse_prefill(staged, q, kv8, idx, lengths, kv_scales=sc, softmax_scale=scale, layer_idx=1,
+                                       workspace=ws)
+    o3 = torch.empty_like(o1)
+    l3 = torch.empty_like(l1)
+    ws.fill_(-1)
+    check(lib.mlajit_sparse_prefill_ws(op_handle(staged), ct(q), cc(kv8, sc),
+                                       ct(idx.view(torch.uint32)), ct(lengths), 1, ctypes.c_float(scale), None, ct(o3),
+                                       ct(l3), ct(ws), stream()))
+    torch.cuda.synchronize()
+    assert not torch.isnan(want_o.float()).any()
+    for o, l in ((o1, l1), (o2, l2), (o3, l3)):
+        assert same_bits(o, want_o) and same_bits(l, want_l)
+    # Too small a workspace: a clear error naming it, nothing launched.
+    with pytest.raises(mlajit.InvalidArgumentError, match="workspace size"):
+        mlajit.ops.sparse_prefill(staged, q, kv8, idx, lengths, kv_scales=sc, softmax_scale=scale, layer_idx=1,
+                                  workspace=ws[:-8])
+
+
 def test_library_errors_reach_python():
     d = batch()
     with pytest.raises(mlajit.InvalidArgumentError, match=r"qs"):

@@ -31,7 +31,7 @@ LAYOUTS = {
     "mlajit_kv_cache_gather": "cttvvtts",
     "mlajit_sparse_index_remap": "tttvts",
     "mlajit_mla_indexer": "tttcvvtts",
-    "mlajit_sparse_prefill": "tcttvfttts",
+    "mlajit_sparse_prefill_ws": "tcttvftttts",
 }
 
 
@@ -113,8 +113,9 @@ def _calls_of_every_op():  # needs torch
         ("kv_cache_gather", (h, -1, STREAM, blocks, scales, lut, None, cai, cai, 1, 0, x, dropped)),
         ("sparse_index_remap", (h, -1, STREAM, idx, offs, lut, 1 << 40, idx)),
         ("mla_indexer", (h, -1, STREAM, x, offs, offs, blocks, scales, lut, lens, 1, 8192, idx, None)),
-        ("sparse_prefill", (h, -1, STREAM, x, blocks, None, idx, lens, 1, 0.125, None, x, offs)),
-        ("sparse_prefill", (h, -1, None, x, blocks, scales, torch.zeros(5, 64, dtype=u32), lens, 0, 1.0, lens, x, None)),
+        ("sparse_prefill", (h, -1, STREAM, x, blocks, None, idx, lens, 1, 0.125, None, x, offs, None)),
+        ("sparse_prefill", (h, -1, None, x, blocks, scales, torch.zeros(5, 64, dtype=u32), lens, 0, 1.0, lens, x, None,
+                            offs)),
     ]
 
 
@@ -125,7 +126,7 @@ def test_both_paths_pass_the_same_structs(recorded):
         for impl in IMPLS.values():
             getattr(impl, op)(*args)
         (name_a, fast), (name_b, slow) = recorded[-2:]
-        assert name_a == name_b == "mlajit_" + op
+        assert name_a == name_b == "mlajit_" + op + ("_ws" if op == "sparse_prefill" else "")
         assert fast == slow, op
     store = recorded[0][1]
     x = calls[0][1][3]
@@ -137,10 +138,11 @@ def test_both_paths_pass_the_same_structs(recorded):
     assert remap[1]["strides"][:2] == [1, 5] and remap[4] == 1 << 40
     gather = [args for name, args in recorded if name == "mlajit_kv_cache_gather"][0]
     assert gather[2] == {"data": 0xABC000, "dtype": 4, "ndim": 1, "shape": [5, 0, 0, 0, 0, 0], "strides": [0] * 6}
-    prefill = [args for name, args in recorded if name == "mlajit_sparse_prefill"][::2]  # fastcall's
+    prefill = [args for name, args in recorded if name == "mlajit_sparse_prefill_ws"][::2]  # fastcall's
     assert prefill[0][3]["dtype"] == 4  # i32 indices read as u32
     assert prefill[0][2][1] is None and prefill[1][2][1]["dtype"] == 0  # kv_scales absent, then f32
     assert prefill[1][-1] is None  # no stream and no device: the legacy default stream
+    assert prefill[0][-2] is None and prefill[1][-2]["data"] == calls[-1][1][-1].data_ptr()  # the workspace
 
 
 def test_both_paths_pass_the_same_structs_for_array_interface_objects(recorded):

@@ -340,10 +340,26 @@ mlajit_status mlajit_mla_indexer(mlajit_op op, const mlajit_tensor* q, const mla
   });
 }
 
+mlajit_status mlajit_sparse_prefill_workspace_bytes(mlajit_op op, int64_t num_blocks, size_t* bytes) {
+  return guarded_on(op, [&] {
+    if (bytes == nullptr) mlajit::throw_invalid("bytes", "NULL", "a pointer to receive the size");
+    *bytes = mlajit::ops::sparse_prefill_workspace_bytes(
+        params_of<mlajit::SparsePrefillParams>(op, "mlajit_sparse_prefill_workspace_bytes"), num_blocks);
+  });
+}
+
 mlajit_status mlajit_sparse_prefill(mlajit_op op, const mlajit_tensor* q, const mlajit_paged_cache* kv,
                                     const mlajit_tensor* indices, const mlajit_tensor* topk_lengths, int layer_idx,
                                     float softmax_scale, const mlajit_tensor* attn_sink, const mlajit_tensor* out,
                                     const mlajit_tensor* lse, void* stream) {
+  return mlajit_sparse_prefill_ws(op, q, kv, indices, topk_lengths, layer_idx, softmax_scale, attn_sink, out, lse,
+                                  nullptr, stream);
+}
+
+mlajit_status mlajit_sparse_prefill_ws(mlajit_op op, const mlajit_tensor* q, const mlajit_paged_cache* kv,
+                                       const mlajit_tensor* indices, const mlajit_tensor* topk_lengths, int layer_idx,
+                                       float softmax_scale, const mlajit_tensor* attn_sink, const mlajit_tensor* out,
+                                       const mlajit_tensor* lse, const mlajit_tensor* workspace, void* stream) {
   return guarded_on(op, [&] {
     const auto& p = params_of<mlajit::SparsePrefillParams>(op, "mlajit_sparse_prefill");
     need(q, "q");
@@ -356,7 +372,7 @@ mlajit_status mlajit_sparse_prefill(mlajit_op op, const mlajit_tensor* q, const 
     mlajit::ops::sparse_prefill(p, view_of(q, "q"),
                                 cache_of(kv, "kv"), view_of(indices, "indices"), view_of(topk_lengths, "topk_lengths"),
                                 layer_idx, softmax_scale, view_of(attn_sink, "attn_sink"), view_of(out, "out"),
-                                view_of(lse, "lse"), stream);
+                                view_of(lse, "lse"), view_of(workspace, "workspace"), stream);
   });
 }
 

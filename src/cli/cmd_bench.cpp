@@ -38,6 +38,10 @@ ops and their shape keys (defaults in brackets; tokens / keys / topk mean what t
         a number >= tokens * heads / 64 gives one CTA per token x 64-head tile, as the fp8 kernels)
       qk_math [bf16|fp8]: fp8 = the opt-in FP8-math kernel (Hopper only; needs kv_dtype=fp8_e4m3 and
         scale_block_size 0 or 576), e.g. --shape kv_dtype=fp8_e4m3,scale_block_size=576,qk_math=fp8
+      kv_staging [none|bf16]: bf16 = stage the selected fp8 rows as bf16 in a workspace, then run the
+        bf16 kernel (fp8 cache, qk_math bf16); the time includes the staging, also printed alone
+      stage_rows [auto|all|marked]: with kv_staging bf16, convert every row of the layer or only the
+        rows the indices select (auto: the cheaper by the op's byte model)
       --anchor LIB.so: also time LIB's anchor_sparse_prefill_bf16 on the same inputs, interleaved
       (C ABI in src/ops/sparse_prefill/bench.hpp); prints both TFLOP/s, the ratio and the output diff
       (an fp8 cache reaches the anchor dequantised to bf16, with either qk_math); the anchor runs
@@ -65,11 +69,15 @@ void print_summary(const std::string& op, const nlohmann::json& r) {
     const std::string variant = p["kv_dtype"].get<std::string>() +
                                 (fp8 ? " sbs " + std::to_string(p["scale_block_size"].get<int>()) : std::string()) +
                                 (p.value("scale_fmt", "fp32") == "ue8m0" ? " ue8m0" : "") +
-                                (p["qk_math"] == "fp8" ? " qk_math fp8" : "");
+                                (p["qk_math"] == "fp8" ? " qk_math fp8" : "") +
+                                (p.value("kv_staging", "none") == "bf16" ? " staged bf16" : "");
     std::printf("sparse_prefill %s path %s: s_q %lld H %d topk %d s_kv %lld: %.3f ms median (min %.3f), %.1f TFLOP/s\n",
                 variant.c_str(), r["path"].get<std::string>().c_str(),
                 r["s_q"].get<long long>(), r["num_heads"].get<int>(), r["topk"].get<int>(), r["s_kv"].get<long long>(),
                 r["ms"]["median"].get<double>(), r["ms"]["min"].get<double>(), r["tflops"].get<double>());
+    if (r.contains("stage"))
+      std::printf("  of which staging (%s rows): %.3f ms median\n", r["stage"]["rows"].get<std::string>().c_str(),
+                  r["stage"]["ms_median"].get<double>());
     if (r.contains("anchor")) {
       const auto& an = r["anchor"];
       std::printf("  anchor: %.3f ms median, %.1f TFLOP/s; mlajit / anchor speed %.3fx; out rel err %.2e, lse max diff %.2e\n",
@@ -175,6 +183,8 @@ int cmd_bench(const Argv& argv) {
     shape.take_bool("sink", a.attn_sink);
     shape.take_bool("lse", a.emit_lse);
     if (auto m = shape.take("qk_math")) a.qk_math = parse_qk_math(*m, "--shape qk_math");
+    if (auto k = shape.take("kv_staging")) a.kv_staging = parse_kv_staging(*k, "--shape kv_staging");
+    if (auto r = shape.take("stage_rows")) a.stage_rows = *r;
     if (auto p = shape.take("path")) a.path = *p;
     a.anchor = args.get_or("anchor", "");
     shape.done(op);

@@ -36,6 +36,10 @@ template <>
 struct EnumNames<QkMath> {
   static constexpr std::pair<QkMath, const char*> v[] = {{QkMath::bf16, "bf16"}, {QkMath::fp8, "fp8"}};
 };
+template <>
+struct EnumNames<KvStaging> {
+  static constexpr std::pair<KvStaging, const char*> v[] = {{KvStaging::none, "none"}, {KvStaging::bf16, "bf16"}};
+};
 
 template <typename E>
 const char* enum_name(E e) {
@@ -154,6 +158,10 @@ const char* scale_fmt_name(ScaleFmt f) { return enum_name(f); }
 const char* mask_name(Mask m) { return enum_name(m); }
 const char* emit_name(IndexEmit e) { return enum_name(e); }
 QkMath parse_qk_math(const std::string& name, const std::string& field) { return parse_enum<QkMath>(name, field); }
+KvStaging parse_kv_staging(const std::string& name, const std::string& field) {
+  return parse_enum<KvStaging>(name, field);
+}
+const char* kv_staging_name(KvStaging s) { return enum_name(s); }
 ScaleFmt parse_scale_fmt(const std::string& name, const std::string& field) { return parse_enum<ScaleFmt>(name, field); }
 
 // ---- validation ---------------------------------------------------------------------------------

@@ -48,6 +48,33 @@ void decode_row(const SparsePrefillProblem& pb, int64_t row, double* k) {
   }
 }
 
+void staged_bf16_row(const SparsePrefillProblem& pb, int64_t row, uint16_t* out) {
+  const uint8_t* src = pb.blocks.data() + static_cast<size_t>(row) * 576;
+  const int sbs = pb.p.scale_block_size;
+  const int spt = pb.p.scales_per_token();
+  for (int d = 0; d < 576; ++d) {
+    const float s = sbs > 0 ? pb.scales[static_cast<size_t>(row) * spt + d / sbs] : 1.0f;
+    out[d] = float_to_bf16(e4m3_to_float(src[d]) * s);  // one f32 product, as the device computes it
+  }
+}
+
+SparsePrefillProblem staged_bf16_problem(const SparsePrefillProblem& pb) {
+  SparsePrefillProblem s = pb;
+  s.p.kv_dtype = DType::bf16;
+  s.p.scale_block_size = 0;
+  s.p.scale_fmt = ScaleFmt::fp32;
+  s.p.kv_staging = KvStaging::none;
+  s.scales.clear();
+  const int64_t rows = pb.num_blocks * pb.row_stride();
+  s.blocks.assign(static_cast<size_t>(rows) * 576 * 2, 0);
+  std::vector<uint16_t> r(576);
+  for (int64_t row = 0; row < rows; ++row) {
+    staged_bf16_row(pb, row, r.data());
+    std::memcpy(s.blocks.data() + static_cast<size_t>(row) * 1152, r.data(), 1152);
+  }
+  return s;
+}
+
 bool slot_valid(const SparsePrefillProblem& pb, int64_t t, int64_t j) {
   const int64_t len = std::min<int64_t>(pb.topk_lengths[t], pb.indices_stride);
   if (j >= len) return false;

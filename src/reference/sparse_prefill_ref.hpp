@@ -68,6 +68,13 @@ struct SparsePrefillResult {
 // The decoded 576-vector of cache row `row` (absolute row: tma_row + layer_row_offset).
 void decode_row(const SparsePrefillProblem& pb, int64_t row, double* k576);
 
+// params.kv_staging bf16 (templates/sparse_prefill/stage_bf16.cuh): cache row `row` (absolute) as
+// the staging writes it: each element e4m3 * scale in f32, rounded once to bf16 (bits).
+void staged_bf16_row(const SparsePrefillProblem& pb, int64_t row, uint16_t* out576);
+// The problem the attention kernel of kv_staging bf16 solves: pb over a bf16 cache of the same
+// layout holding staged_bf16_row of every row (params: kv_dtype bf16, no scales, no staging).
+SparsePrefillProblem staged_bf16_problem(const SparsePrefillProblem& pb);
+
 // True iff slot j of token t is read (SPEC §3; lengths above the stride are clamped to it).
 bool slot_valid(const SparsePrefillProblem& pb, int64_t t, int64_t j);
 

@@ -24,3 +24,21 @@ struct SparsePrefillArgs {
   float sm_scale;               // softmax scale
   float sm_scale_log2e;         // sm_scale * log2(e), for the exp2-domain softmax
 };
+
+// Kernel argument struct of the fp8 -> bf16 staging kernels (params kv_staging bf16,
+// templates/sparse_prefill/stage_bf16.cuh). The staged copy `rows` is indexed by the encoded index:
+// rows + e * 576 bf16 elements, e < num_rows; the attention kernel then reads it as a one-layer bf16
+// cache (row_stride = page_size, layer_row_offset 0) with the caller's indices unchanged.
+struct SparsePrefillStageArgs {
+  const unsigned* indices;      // u32 [num_tokens, indices_stride] encoded indices
+  const unsigned* topk_lengths; // u32 [num_tokens]
+  const void* kv_blocks;        // fp8_e4m3 paged latent cache
+  const float* kv_scales;       // f32 per row (scale_block_size > 0), else null
+  unsigned char* row_flags;     // u8 [num_rows] (16-byte aligned): rows to convert; null = every row
+  void* rows;                   // bf16 [num_rows, 576]: the staged copy
+  long long num_tokens;
+  long long indices_stride;
+  long long num_rows;           // num_blocks * page_size: every encoded index of the cache
+  long long row_stride;         // as SparsePrefillArgs
+  long long layer_row_offset;   // as SparsePrefillArgs
+};

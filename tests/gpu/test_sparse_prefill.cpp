@@ -137,7 +137,10 @@ struct Outputs {
 };
 
 // grid_ctas > 0: the sm90 path's persistent kernel on that many CTAs (sparse_prefill::launch).
-Outputs run_on_device(const ref::SparsePrefillProblem& pb, DeviceProblem& d, Path path, int64_t grid_ctas = 0) {
+// workspace: params.kv_staging bf16's (stage_rows: how the staging picks its rows).
+Outputs run_on_device(const ref::SparsePrefillProblem& pb, DeviceProblem& d, Path path, int64_t grid_ctas = 0,
+                      DeviceBuffer* workspace = nullptr,
+                      sparse_prefill::StageRows stage_rows = sparse_prefill::StageRows::automatic) {
   const auto& p = pb.p;
   const int64_t T = pb.num_tokens, H = p.num_q_heads;
   d.out.fill_bytes(0xFF);  // bf16 0xFFFF and f32 0xFFFFFFFF are NaN: unwritten slots show
@@ -157,7 +160,10 @@ Outputs run_on_device(const ref::SparsePrefillProblem& pb, DeviceProblem& d, Pat
                                                              sink, out, lse);
     sparse_prefill::launch(*sparse_prefill::kernel_for(p, path), p, path, args, nullptr, grid_ctas);
   } else {
-    sparse_prefill::run(p, q, kv, indices, lengths, pb.layer_idx, pb.softmax_scale, sink, out, lse, path, nullptr);
+    const TensorView ws = workspace ? TensorView(workspace->get(), DType::u32, {static_cast<int64_t>(workspace->size() / 4)})
+                                    : TensorView();
+    sparse_prefill::run(p, q, kv, indices, lengths, pb.layer_idx, pb.softmax_scale, sink, out, lse, ws, path, nullptr,
+                        stage_rows);
   }
   driver::synchronize();
   Outputs o;
@@ -307,6 +313,64 @@ void run_case(const Case& c, uint64_t seed) {
   for (Path path : available_paths(p)) check_outputs(c, pb, r, run_on_device(pb, d, path), path);
 }
 
+// params.kv_staging bf16: the selected fp8 rows are staged as bf16 in the workspace, then the
+// bf16-cache kernel runs. On every available path, with the staging converting every row and only
+// the marked ones, the workspace poisoned (0xFF: NaN rows, every flag set) before each launch:
+//   - every row a valid slot selects is staged bit-identical to the host model (e4m3 * scale in
+//     f32, one bf16 rounding: ref::staged_bf16_row);
+//   - out / lse match the f64 reference of that staged problem at the SPEC bounds (lse 1e-4);
+//   - against the f64 reference of the fp8 problem itself: the SPEC bounds on out, and on lse 1e-4
+//     where staging is exact (unit and power-of-two scales), else the bf16-cache bound;
+//   - both row choices give identical bits.
+void run_staged_case(const Case& c, uint64_t seed) {
+  SparsePrefillParams p = params_of(c);
+  p.kv_staging = KvStaging::bf16;
+  auto pb = problem_of(c, seed);
+  pb.p = p;
+  DeviceProblem d(pb);
+  const size_t ws_bytes = ops::sparse_prefill_workspace_bytes(p, pb.num_blocks);
+  DeviceBuffer ws(ws_bytes);
+  const auto st = ref::staged_bf16_problem(pb);
+  const auto r_staged = ref::sparse_prefill_reference(st);
+  const auto r_fp8 = ref::sparse_prefill_reference(pb);
+  const bool exact_staging = p.scale_block_size == 0 || p.scale_fmt == ScaleFmt::ue8m0;
+  Case c_staged = c;
+  const std::string name_staged = std::string(c.name) + ", staged bf16, vs the staged problem";
+  c_staged.name = name_staged.c_str();
+  Case c_fp8 = c;
+  const std::string name_fp8 = std::string(c.name) + ", staged bf16, vs the fp8 problem";
+  c_fp8.name = name_fp8.c_str();
+  c_fp8.lse_tol = exact_staging ? c.lse_tol : kSm90GroupScaleLseTol;
+  // The rows some valid slot selects, by encoded index.
+  std::vector<uint32_t> selected;
+  for (int64_t t = 0; t < pb.num_tokens; ++t)
+    for (int64_t j = 0; j < pb.indices_stride; ++j)
+      if (ref::slot_valid(pb, t, j)) selected.push_back(pb.indices[static_cast<size_t>(t * pb.indices_stride + j)]);
+  REQUIRE(!selected.empty());
+  std::vector<uint16_t> staged_rows(static_cast<size_t>(pb.num_blocks) * p.page_size * 576), want(576);
+  for (Path path : available_paths(p)) {
+    std::vector<Outputs> outs;
+    for (auto rows : {sparse_prefill::StageRows::all, sparse_prefill::StageRows::marked}) {
+      CAPTURE(sparse_prefill::stage_rows_name(rows));
+      ws.fill_bytes(0xFF);
+      outs.push_back(run_on_device(pb, d, path, 0, &ws, rows));
+      ws.download(staged_rows.data(), staged_rows.size() * 2);
+      size_t mismatched = 0;
+      for (uint32_t e : selected) {
+        const int64_t row = static_cast<int64_t>(e / p.page_size) * pb.row_stride() + e % p.page_size +
+                            static_cast<int64_t>(pb.layer_idx) * p.page_size;
+        ref::staged_bf16_row(pb, row, want.data());
+        mismatched += std::memcmp(staged_rows.data() + static_cast<size_t>(e) * 576, want.data(), 1152) != 0;
+      }
+      CHECK(mismatched == 0);
+      check_outputs(c_staged, st, r_staged, outs.back(), path);
+      check_outputs(c_fp8, st, r_fp8, outs.back(), path);
+    }
+    CHECK(outs[0].out == outs[1].out);
+    CHECK(std::memcmp(outs[0].lse.data(), outs[1].lse.data(), outs[0].lse.size() * 4) == 0);
+  }
+}
+
 }  // namespace
 
 // Small problems: also what compute-sanitizer (memcheck) runs.
@@ -347,7 +411,35 @@ TEST_SUITE("sparse_prefill_small") {
   }
 }
 
+TEST_SUITE("sparse_prefill_small") {
+  TEST_CASE("sparse_prefill small: kv_staging bf16 (fp8 rows staged as bf16, then the bf16 kernel)") {
+    const Case cases[] = {
+        {"small staged fp8 sbs576 h128 b64 p64 sink", DType::fp8_e4m3, 128, 5, 192, 64, 64, 576, true, true},
+        {"small staged fp8 sbs0 h16 b128 p16 nolse", DType::fp8_e4m3, 16, 5, 128, 128, 16, 0, false, false},
+        ue8m0_case("small staged fp8 sbs64 ue8m0 h64 b64 p64", 64, 5, 192, 64, 64, 64, false),
+    };
+    uint64_t seed = 170;
+    for (const Case& c : cases) run_staged_case(c, seed++);
+  }
+}
+
 TEST_SUITE("sparse_prefill") {
+  TEST_CASE("sparse_prefill kv_staging bf16 against the f64 references, every row choice and path") {
+    const Case cases[] = {
+        {"staged fp8 sbs576 h128 s62 topk512 b64 p64 sink", DType::fp8_e4m3, 128, 62, 512, 64, 64, 576, true},
+        // f32 group scales (the fused path sends them to the portable kernel) and 8-element blocks
+        // (below the fused Hopper kernel's 16): staged, both run on the bf16 Hopper kernel.
+        {"staged fp8 sbs64 h80 s37 topk384 b128 p32", DType::fp8_e4m3, 80, 37, 384, 128, 32, 64},
+        {"staged fp8 sbs8 h48 s9 topk256 b64 p64 nolse", DType::fp8_e4m3, 48, 9, 256, 64, 64, 8, false, false},
+        {"staged fp8 sbs0 h64 s213 topk256 b128 p128 sink", DType::fp8_e4m3, 64, 213, 256, 128, 128, 0, true},
+        ue8m0_case("staged fp8 sbs64 ue8m0 h128 s20 topk2048 b64 p64 sink", 128, 20, 2048, 64, 64, 64, true),
+        wide_ue8m0_case("staged fp8 sbs192 ue8m0 h128 s6 topk512 b128 p64 groups 2^-2..2^17", 128, 6, 512, 128, 64, 192,
+                        true, -2, 17),
+    };
+    uint64_t seed = 180;
+    for (const Case& c : cases) run_staged_case(c, seed++);
+  }
+
   TEST_CASE("sparse_prefill bf16") {
     const Case cases[] = {
         {"bf16 h128 s62 topk512 b64 p64", DType::bf16, 128, 62, 512, 64, 64},

@@ -89,6 +89,7 @@ struct FieldVariant {
   void operator()(const char* name, Mask& v) { set<Mask>(name, v, {Mask::none, Mask::causal}); }
   void operator()(const char* name, IndexEmit& v) { set<IndexEmit>(name, v, {IndexEmit::logical, IndexEmit::physical}); }
   void operator()(const char* name, QkMath& v) { set<QkMath>(name, v, {QkMath::bf16, QkMath::fp8}); }
+  void operator()(const char* name, KvStaging& v) { set<KvStaging>(name, v, {KvStaging::none, KvStaging::bf16}); }
 };
 
 int field_count(OpParams p) {

@@ -90,8 +90,12 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   p.attn_sink = a.attn_sink;
   p.emit_lse = a.emit_lse;
   p.qk_math = a.qk_math;
+  p.kv_staging = a.kv_staging;
   p.validate();
   const sparse_prefill::Path requested = sparse_prefill::parse_path(a.path, "path");
+  const sparse_prefill::StageRows stage_rows = sparse_prefill::parse_stage_rows(a.stage_rows, "stage_rows");
+  MLAJIT_EXPECT(stage_rows == sparse_prefill::StageRows::automatic || p.kv_staging == KvStaging::bf16, "stage_rows",
+                a.stage_rows, "auto unless kv_staging is bf16 (it picks the rows the staging converts)");
   // A grid size is the persistent Hopper kernel's only (sparse_prefill::launch_ctas), checked here
   // under the shape key's name before any GPU use (the shape parser refuses negative ones).
   if (a.ctas != 0)
@@ -162,11 +166,20 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   ops::PagedCacheView kv;
   kv.blocks = TensorView(blocks.get(), p.kv_dtype, {num_blocks, 1, layers, p.page_size, 1, 576});
   if (spt > 0) kv.scales = TensorView(scales.get(), DType::f32, {num_blocks, 1, layers, p.page_size, 1, spt});
-  const SparsePrefillArgs args = sparse_prefill::make_args(
+  SparsePrefillArgs args = sparse_prefill::make_args(
       p, TensorView(q.get(), DType::bf16, {T, H, 576}), kv, TensorView(indices.get(), DType::u32, {T, stride}),
       TensorView(lengths.get(), DType::u32, {T}), read_layer, kSoftmaxScale,
       p.attn_sink ? TensorView(sink.get(), DType::f32, {H}) : TensorView(),
       TensorView(out.get(), DType::bf16, {T, H, 512}), p.emit_lse ? TensorView(lse.get(), DType::f32, {T, H}) : TensorView());
+  // kv_staging bf16: the workspace the staged rows go to; args then read them there.
+  const size_t ws_bytes = sparse_prefill::workspace_bytes(p, num_blocks);
+  driver::DeviceBuffer workspace(std::max<size_t>(ws_bytes, 16));
+  const SparsePrefillStageArgs stage_args = sparse_prefill::make_stage_args(
+      p, kv, TensorView(workspace.get(), DType::u32, {static_cast<int64_t>(ws_bytes / 4)}), args);
+  const bool staged = p.kv_staging == KvStaging::bf16;
+  const bool marks = stage_rows == sparse_prefill::StageRows::marked ||
+                     (stage_rows == sparse_prefill::StageRows::automatic &&
+                      sparse_prefill::stage_marks_rows(stage_args.num_rows, T, stride));
   auto kernel = sparse_prefill::kernel_for(p, path);  // compile / load outside the timed region
 
   // The anchor's inputs: the same q, the same key rows (position pos of the sequence = physical
@@ -204,7 +217,11 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   }
 
   Stream stream = driver::create_stream();
-  auto run_mlajit = [&] { sparse_prefill::launch(*kernel, p, path, args, stream, a.ctas); };
+  auto run_stage = [&] { sparse_prefill::stage(*kernel, stage_args, stage_rows, stream); };
+  auto run_mlajit = [&] {
+    if (staged) run_stage();
+    sparse_prefill::launch(*kernel, p, path, args, stream, a.ctas);
+  };
   // The anchor twice: without per-token lengths (its default instantiation: every row has `topk`
   // keys, no length load) and with them (its topk_length instantiation reads topk_length[t] first,
   // as mlajit always reads topk_lengths[t]: the same work). The lengths buffer holds `topk` for
@@ -224,6 +241,8 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
     launches.push_back([&](Stream) { run_anchor(false); });
     launches.push_back([&](Stream) { run_anchor(true); });
   }
+  // The staging alone, for attribution (its cost is inside the op's time above).
+  if (staged) launches.push_back([&](Stream) { run_stage(); });
   const std::vector<autotune::Timing> timings = autotune::time_interleaved(launches, kWarmup, a.reps, stream);
   driver::stream_synchronize(stream);
   driver::destroy_stream(stream);
@@ -247,6 +266,8 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   j["ms"] = {{"median", median}, {"min", best}, {"max", worst}};
   j["tflops"] = flops / (median * 1e-3) / 1e12;
   j["tflops_best"] = flops / (best * 1e-3) / 1e12;
+  if (staged)
+    j["stage"] = {{"rows", marks ? "marked" : "all"}, {"ms_median", timings.back().median_ms}};
   if (with_anchor) {
     const double am = timings[1].median_ms, aml = timings[2].median_ms;
     // Same inputs: with 16-bit math the outputs agree to bf16 rounding (fp8 caches: the anchor

@@ -25,6 +25,10 @@ struct SparsePrefillBenchArgs {
   int scale_block_size = 0;  // fp8 only (0 = unit scales)
   ScaleFmt scale_fmt = ScaleFmt::fp32;  // ue8m0: the random scales are powers of two (params.scale_fmt)
   QkMath qk_math = QkMath::bf16;  // fp8: the FP8-math kernel (fp8 cache, scale_block_size 0 | 576, sm_90a)
+  // kv_staging bf16: the selected fp8 rows are staged as bf16 in a workspace first (params.kv_staging);
+  // stage_rows: auto | all | marked (sparse_prefill::StageRows), the staging's row choice.
+  KvStaging kv_staging = KvStaging::none;
+  std::string stage_rows = "auto";
   bool attn_sink = false;
   bool emit_lse = true;
   int reps = 20;
@@ -51,7 +55,9 @@ struct SparsePrefillBenchArgs {
 // CUDA-event timings after 3 warm-up launches over `reps` launches:
 //   {"op", "params", "path", "arch", "device", "s_q", "num_heads", "topk", "s_kv", "reps",
 //    "flops" (2 * sum(topk_lengths) * H * (576 + 512)), "ms": {"median", "min", "max"},
-//    "tflops" (flops / median), "tflops_best" (flops / min)}, and with an anchor
+//    "tflops" (flops / median), "tflops_best" (flops / min)}; with kv_staging bf16 also
+//    "stage": {"rows" (all | marked, as resolved), "ms_median" (the staging kernels alone, timed in
+//    the same interleaved reps; "ms" above is staging + attention, the op's whole cost)}; and with an anchor
 //    "anchor": {"library", "info", "ms_median", "tflops", "ratio" (anchor ms / mlajit ms: > 1 means
 //    mlajit is faster), "with_topk_length": {"ms_median", "tflops", "ratio"} (the anchor again, given
 //    the per-token lengths that mlajit always reads; timed in the same interleaved reps),

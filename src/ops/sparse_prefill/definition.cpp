@@ -48,6 +48,14 @@ void SparsePrefillParams::validate() const {
                   "0 (unit scales) or 576 (one scale per row) with qk_math fp8 (group scales are not supported "
                   "in FP8 math: use qk_math bf16 for them)");
   }
+  if (kv_staging == KvStaging::bf16) {
+    // Staging converts fp8 rows for the 16-bit kernel: a bf16 cache has nothing to convert, and FP8
+    // math reads the fp8 bytes themselves.
+    MLAJIT_EXPECT(kv_dtype == DType::fp8_e4m3, "params.kv_staging", "bf16",
+                  "none for kv_dtype bf16 (kv_staging bf16 converts an fp8_e4m3 cache)");
+    MLAJIT_EXPECT(qk_math == QkMath::bf16, "params.kv_staging", "bf16",
+                  "none with qk_math fp8 (FP8 math reads the cache's e4m3 bytes; staging feeds the 16-bit kernel)");
+  }
   // Only the Hopper kernel has a pipeline depth (its K ring is two 64-key stages); the portable
   // kernel's pipeline is fixed. Any other depth used to mean "skip the Hopper kernel" silently: the
   // path is chosen by the arch (and by the bench's / tests' explicit path), never by a knob.
@@ -84,6 +92,7 @@ const OpDefinition& sparse_prefill_definition() {
         if (!p.emit_lse) s += "_nolse";
         // Only the opt-in mode is marked, so the default specs keep the names they always had.
         if (p.qk_math == QkMath::fp8) s += "_fp8math";
+        if (p.kv_staging == KvStaging::bf16) s += "_stagebf16";
         return s;
       },
       generate_sparse_prefill,

@@ -1,6 +1,8 @@
 // Source generator of sparse_prefill (SPEC §3). Every source declares the same two entries:
 //   entry 0  mlajit_sparse_prefill_sm80: the portable mma.sync kernel (templates/sparse_prefill/sm80.cuh);
 //   entry 1  mlajit_sparse_prefill_sm90: the wgmma kernel (templates/sparse_prefill/sm90.cuh),
+// (kv_staging bf16 adds entries 2-4, the staging kernels of templates/sparse_prefill/stage_bf16.cuh,
+// and its attention entries are those of the bf16-cache kernel: plan.hpp attention_params)
 // but compiles exactly ONE of the two bodies: the other entry is a guard that traps if launched
 // (the op never launches it: ops/sparse_prefill/op.cpp picks the module by path). Compiling one
 // kernel per module halves the cold NVRTC time of a spec (the arch picks the body while
@@ -67,6 +69,28 @@ std::string sm90_part(const SparsePrefillParams& p, const sparse_prefill::Sm90Pl
       plan.threads, plan.head_tiles, cpp_bool(plan.persistent), plan.threads, sparse_prefill::kSymbolSm90);
 }
 
+// kv_staging bf16: the three staging kernels (templates/sparse_prefill/stage_bf16.cuh), compiled
+// beside whichever attention body the module holds (they are plain CUDA for any target).
+std::string stage_part(const SparsePrefillParams& p) {
+  return fmt::format(
+      "// fp8 -> bf16 staging of the selected rows (kv_staging bf16): clear the row flags, mark, convert.\n"
+      "#include \"sparse_prefill/stage_bf16.cuh\"\n"
+      "using SparsePrefillStage = mj::sparse_prefill_stage::Config</*page_size*/ {}, /*scale_block*/ {}>;\n"
+      "static_assert(mj::sparse_prefill_stage::kThreads == {}, \"host plan and device block size disagree\");\n"
+      "extern \"C\" __global__ void __launch_bounds__({}) {}(const SparsePrefillStageArgs args) {{\n"
+      "  mj::sparse_prefill_stage::clear_flags(args);\n"
+      "}}\n"
+      "extern \"C\" __global__ void __launch_bounds__({}) {}(const SparsePrefillStageArgs args) {{\n"
+      "  mj::sparse_prefill_stage::mark_rows(args);\n"
+      "}}\n"
+      "extern \"C\" __global__ void __launch_bounds__({}) {}(const SparsePrefillStageArgs args) {{\n"
+      "  mj::sparse_prefill_stage::convert_rows<SparsePrefillStage>(args);\n"
+      "}}\n",
+      p.page_size, p.scale_block_size, sparse_prefill::kStageThreads, sparse_prefill::kStageThreads,
+      sparse_prefill::kSymbolStageClear, sparse_prefill::kStageThreads, sparse_prefill::kSymbolStageMark,
+      sparse_prefill::kStageThreads, sparse_prefill::kSymbolStageConvert);
+}
+
 // The entry whose body this module does not compile: it exists so that every module has both
 // symbols (the runtime resolves all entries at load), and traps if it is ever launched.
 std::string guard_entry(const char* symbol, int threads, bool grid_constant) {
@@ -124,6 +148,9 @@ KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill
   const auto* pp = std::get_if<SparsePrefillParams>(&spec.params);
   if (!pp) throw_error(ErrorKind::Internal, "generate_sparse_prefill called for op {}", op_name(spec.op()));
   const SparsePrefillParams& p = *pp;
+  // The attention kernel's params: p, or for kv_staging bf16 the bf16-cache kernel that reads the
+  // staged copy (plan.hpp). The plans apply the same mapping.
+  const SparsePrefillParams pa = sparse_prefill::attention_params(p);
   const bool covered = sparse_prefill::sm90_supported(p);
   if (mode == sparse_prefill::Path::sm90 && !covered)
     throw_invalid("sparse_prefill path sm90: params", spec.name(), "a spec the sm90 kernel covers (num_stages 0 or 2)");
@@ -145,10 +172,11 @@ KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill
   std::string code = source_header(spec);
   code += fmt::format(
       "// sparse_prefill: q bf16 [T, {}, 576], latent cache {} (page {}{}), out bf16 [T, {}, 512]{}{}\n"
-      "// Kernel compiled in this module: {}.\n",
+      "// Kernel compiled in this module{}: {}.\n",
       p.num_q_heads, dtype_name(p.kv_dtype), p.page_size,
       p.kv_dtype == DType::fp8_e4m3 ? fmt::format(", scale block {}", p.scale_block_size) : std::string(),
       p.num_q_heads, p.emit_lse ? ", lse f32 [T, H]" : "", p.attn_sink ? ", attention sink" : "",
+      p.kv_staging == KvStaging::bf16 ? " (the selected rows staged as bf16 in the workspace first; the bf16-cache kernel reads them)" : "",
       mode == sparse_prefill::Path::sm80 ? "the portable one (forced)"
       : mode == sparse_prefill::Path::sm90 ? "the Hopper one (forced)"
       : covered && sparse_prefill::sm90_preferred(p) ? "the Hopper one on sm_90a targets, else the portable one"
@@ -162,19 +190,27 @@ KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill
   code += fmt::format("#if {}\n#define MLAJIT_SPARSE_PREFILL_HOPPER 1\n#else\n#define MLAJIT_SPARSE_PREFILL_HOPPER 0\n#endif\n",
                       hopper_cond);
   code += "#if MLAJIT_SPARSE_PREFILL_HOPPER\n";
-  code += covered ? sm90_part(p, plan90) +
+  code += covered ? sm90_part(pa, plan90) +
                         guard_entry(sparse_prefill::kSymbolSm80, plan80.threads, false)
                   : std::string("#error \"unreachable: no Hopper kernel for this spec\"\n");
   code += "#else\n";
-  code += sm80_part(p, plan80);
+  code += sm80_part(pa, plan80);
   if (covered) code += guard_entry(sparse_prefill::kSymbolSm90, plan90.threads, true);
   code += "#endif\n";
+  if (p.kv_staging == KvStaging::bf16) code += stage_part(p);
 
   src.entries.push_back({sparse_prefill::kSymbolSm80, static_cast<unsigned>(plan80.threads),
                          static_cast<unsigned>(plan80.smem_bytes)});
   if (covered)
     src.entries.push_back({sparse_prefill::kSymbolSm90, static_cast<unsigned>(plan90.threads),
                            static_cast<unsigned>(plan90.smem_bytes)});
+  if (p.kv_staging == KvStaging::bf16) {
+    if (!covered) throw_error(ErrorKind::Internal, "sparse_prefill: kv_staging bf16 without the sm90 entry");
+    const auto t = static_cast<unsigned>(sparse_prefill::kStageThreads);
+    src.entries.push_back({sparse_prefill::kSymbolStageClear, t, 0u});
+    src.entries.push_back({sparse_prefill::kSymbolStageMark, t, 0u});
+    src.entries.push_back({sparse_prefill::kSymbolStageConvert, t, 0u});
+  }
   src.code = std::move(code);
   return src;
 }

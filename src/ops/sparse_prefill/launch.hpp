@@ -28,6 +28,29 @@ SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, c
                             float softmax_scale, const TensorView& attn_sink, const TensorView& out,
                             const TensorView& lse);
 
+// kv_staging bf16 (templates/sparse_prefill/stage_bf16.cuh). How the staging picks the rows it
+// converts: all = every row of the read layer (num_blocks * page_size rows); marked = only the rows
+// some valid slot selects (clear the flags, mark, convert the flagged rows); automatic =
+// stage_marks_rows().
+enum class StageRows { automatic, all, marked };
+const char* stage_rows_name(StageRows r);
+StageRows parse_stage_rows(std::string_view name, const std::string& field);
+// The automatic choice: marking reads every valid index and stores a byte per slot (~12 bytes of
+// traffic per slot), converting moves ~1.8 KB per row (576 B + scales in, 1152 B out); converting
+// every row is chosen only where it costs less than the marking alone, so it is never the worse.
+bool stage_marks_rows(int64_t num_rows, int64_t num_tokens, int64_t indices_stride);
+
+// kv_staging bf16: checks `workspace` (16-byte aligned, at least workspace_bytes(p, num_blocks)
+// bytes; errors name it, its size and the size needed) and returns the staging kernels' arguments
+// for `args` (from make_args, same views), which it redirects to the staged copy: a one-layer bf16
+// cache (row_stride page_size, layer 0, no scales) read with the same indices. kv_staging none: the
+// workspace is not used (any view, an empty one included) and `args` is left as it is.
+SparsePrefillStageArgs make_stage_args(const SparsePrefillParams& p, const ops::PagedCacheView& kv,
+                                       const TensorView& workspace, SparsePrefillArgs& args);
+// Launches the staging kernels of `kernel` (kernel_for(p, any path): every kv_staging bf16 module
+// holds them) on `stream`: clear + mark + convert, or convert only (rows all).
+void stage(const Kernel& kernel, const SparsePrefillStageArgs& sa, StageRows rows, Stream stream);
+
 // Whether entry `path` (sm80 | sm90) exists for p and runs on a device of target `arch`; automatic:
 // whether any kernel does (false only for qk_math fp8, which has the Hopper kernel alone, off sm_90a).
 bool path_available(const SparsePrefillParams& p, const std::string& arch, Path path);
@@ -54,10 +77,12 @@ void launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, const
 // The grid launch() uses (same rules and errors); 0 for no tokens.
 int64_t launch_ctas(const SparsePrefillParams& p, Path path, int64_t num_tokens, int64_t grid_ctas = 0);
 
-// make_args + resolve_path + Runtime::global().get + launch: ops::sparse_prefill with a path.
+// make_args + (kv_staging bf16: make_stage_args + stage) + resolve_path + Runtime::global().get +
+// launch: ops::sparse_prefill with a path (and for the tests and the bench, a staging mode).
 void run(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCacheView& kv, const TensorView& indices,
          const TensorView& topk_lengths, int layer_idx, float softmax_scale, const TensorView& attn_sink,
-         const TensorView& out, const TensorView& lse, Path path, Stream stream);
+         const TensorView& out, const TensorView& lse, const TensorView& workspace, Path path, Stream stream,
+         StageRows stage_rows = StageRows::automatic);
 
 }  // namespace mlajit::sparse_prefill
 

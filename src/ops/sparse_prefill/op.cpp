@@ -153,6 +153,89 @@ SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, c
   return a;
 }
 
+const char* stage_rows_name(StageRows r) {
+  switch (r) {
+    case StageRows::automatic: return "auto";
+    case StageRows::all: return "all";
+    case StageRows::marked: return "marked";
+  }
+  return "?";
+}
+
+StageRows parse_stage_rows(std::string_view name, const std::string& field) {
+  if (name == "auto") return StageRows::automatic;
+  if (name == "all") return StageRows::all;
+  if (name == "marked") return StageRows::marked;
+  throw_invalid(field, fmt::format("\"{}\"", name), "auto | all | marked");
+}
+
+bool stage_marks_rows(int64_t num_rows, int64_t num_tokens, int64_t indices_stride) {
+  // Converting costs ~1808 bytes per row, marking ~12 per slot: convert every row only where that
+  // is cheaper than the marking alone. Compared in double: the products may pass 2^63.
+  return static_cast<double>(num_rows) * 1808.0 > static_cast<double>(num_tokens) * static_cast<double>(indices_stride) * 12.0;
+}
+
+SparsePrefillStageArgs make_stage_args(const SparsePrefillParams& p, const ops::PagedCacheView& kv,
+                                       const TensorView& workspace, SparsePrefillArgs& args) {
+  SparsePrefillStageArgs sa{};
+  if (p.kv_staging != KvStaging::bf16) return sa;
+  const int64_t num_blocks = kv.blocks.shape[0];  // make_args checked the view
+  const size_t need = workspace_bytes(p, num_blocks);
+  const size_t have = workspace.empty() ? 0 : static_cast<size_t>(workspace.numel()) * dtype_size(workspace.dtype);
+  if (have < need)
+    throw_invalid("workspace size (params.kv_staging bf16)", fmt::format("{} bytes", have),
+                  fmt::format("at least sparse_prefill_workspace_bytes(params, num_blocks={}) = {} bytes (a bf16 copy "
+                              "of the layer's {} rows and a flag byte per row)",
+                              num_blocks, need, num_blocks * p.page_size));
+  expect_contiguous(workspace, "workspace");
+  expect_nonnull(workspace, "workspace");
+  expect_aligned(workspace, 16, "workspace");
+  const int64_t num_rows = num_blocks * p.page_size;
+  sa.indices = args.indices;
+  sa.topk_lengths = args.topk_lengths;
+  sa.kv_blocks = args.kv_blocks;
+  sa.kv_scales = args.kv_scales;
+  sa.rows = workspace.data;
+  sa.row_flags = static_cast<unsigned char*>(workspace.data) + static_cast<size_t>(num_rows) * 1152;
+  sa.num_tokens = args.num_tokens;
+  sa.indices_stride = args.indices_stride;
+  sa.num_rows = num_rows;
+  sa.row_stride = args.row_stride;
+  sa.layer_row_offset = args.layer_row_offset;
+  // The attention kernel reads the copy: one layer, row tma_row(e) = e, every encoded index of the
+  // cache in range exactly as before (num_kv_rows = num_blocks * page_size).
+  args.kv_blocks = workspace.data;
+  args.kv_scales = nullptr;
+  args.row_stride = p.page_size;
+  args.layer_row_offset = 0;
+  args.num_kv_rows = num_rows;
+  return sa;
+}
+
+void stage(const Kernel& kernel, const SparsePrefillStageArgs& sa, StageRows rows, Stream stream) {
+  if (sa.num_tokens == 0 || sa.num_rows == 0) return;
+  const bool mark = rows == StageRows::marked ||
+                    (rows == StageRows::automatic && stage_marks_rows(sa.num_rows, sa.num_tokens, sa.indices_stride));
+  // Grid-stride kernels: enough CTAs to fill the GPU several times over, never more than the work.
+  const int64_t cap = 16 * static_cast<int64_t>(std::max(1, Runtime::global().sm_count()));
+  auto dims = [&](int64_t ctas) {
+    LaunchDims d;
+    d.block[0] = static_cast<unsigned>(kStageThreads);
+    d.grid[0] = static_cast<unsigned>(std::max<int64_t>(1, std::min(ctas, cap)));
+    return d;
+  };
+  SparsePrefillStageArgs a = sa;
+  if (mark) {
+    const int64_t words = (sa.num_rows + 15) / 16;
+    kernel.launch(kEntryStageClear, dims((words + kStageThreads - 1) / kStageThreads), stream, a);
+    kernel.launch(kEntryStageMark, dims(sa.num_tokens), stream, a);
+  } else {
+    a.row_flags = nullptr;
+  }
+  constexpr int64_t kRowsPerCta = kStageThreads / 36;  // stage_bf16.cuh kRowsPerCta
+  kernel.launch(kEntryStageConvert, dims((sa.num_rows + kRowsPerCta - 1) / kRowsPerCta), stream, a);
+}
+
 bool path_available(const SparsePrefillParams& p, const std::string& arch, Path path) {
   switch (path) {
     case Path::automatic: return sm80_supported(p) || path_available(p, arch, Path::sm90);
@@ -270,9 +353,10 @@ void launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, const
 
 void run(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCacheView& kv, const TensorView& indices,
          const TensorView& topk_lengths, int layer_idx, float softmax_scale, const TensorView& attn_sink,
-         const TensorView& out, const TensorView& lse, Path path, Stream stream) {
-  const SparsePrefillArgs args =
-      make_args(p, q, kv, indices, topk_lengths, layer_idx, softmax_scale, attn_sink, out, lse);
+         const TensorView& out, const TensorView& lse, const TensorView& workspace, Path path, Stream stream,
+         StageRows stage_rows) {
+  SparsePrefillArgs args = make_args(p, q, kv, indices, topk_lengths, layer_idx, softmax_scale, attn_sink, out, lse);
+  const SparsePrefillStageArgs stage_args = make_stage_args(p, kv, workspace, args);
   if (args.num_tokens == 0) return;  // nothing to compute: no compile, no launch
   Runtime& rt = Runtime::global();
   Path chosen = resolve_path(p, rt.arch(), path);
@@ -285,6 +369,7 @@ void run(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCach
     chosen = Path::sm80;
   }
   auto kernel = kernel_for(p, chosen, stream);
+  if (p.kv_staging == KvStaging::bf16) stage(*kernel, stage_args, stage_rows, stream);
   launch(*kernel, p, chosen, args, stream);
 }
 
@@ -292,14 +377,28 @@ void run(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCach
 
 namespace ops {
 
+size_t sparse_prefill_workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks) {
+  p.validate();
+  MLAJIT_EXPECT(num_blocks >= 1, "num_blocks", num_blocks, "at least 1 (kv.blocks dim 0)");
+  return sparse_prefill::workspace_bytes(p, num_blocks);
+}
+
 void sparse_prefill(const SparsePrefillParams& requested, const TensorView& q, const PagedCacheView& kv,
                     const TensorView& indices, const TensorView& topk_lengths, int layer_idx, float softmax_scale,
-                    const TensorView& attn_sink, const TensorView& out, const TensorView& lse, Stream stream) {
+                    const TensorView& attn_sink, const TensorView& out, const TensorView& lse,
+                    const TensorView& workspace, Stream stream) {
   requested.validate();
   const SparsePrefillParams p = tuned_or_heuristic(
       requested, autotune::bucket_sparse_prefill(dim_or_zero(q, 0), dim_or_zero(indices, 1)));
-  sparse_prefill::run(p, q, kv, indices, topk_lengths, layer_idx, softmax_scale, attn_sink, out, lse,
+  sparse_prefill::run(p, q, kv, indices, topk_lengths, layer_idx, softmax_scale, attn_sink, out, lse, workspace,
                       sparse_prefill::Path::automatic, stream);
+}
+
+void sparse_prefill(const SparsePrefillParams& requested, const TensorView& q, const PagedCacheView& kv,
+                    const TensorView& indices, const TensorView& topk_lengths, int layer_idx, float softmax_scale,
+                    const TensorView& attn_sink, const TensorView& out, const TensorView& lse, Stream stream) {
+  sparse_prefill(requested, q, kv, indices, topk_lengths, layer_idx, softmax_scale, attn_sink, out, lse, TensorView{},
+                 stream);
 }
 
 }  // namespace ops

@@ -11,7 +11,8 @@ int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 }  // namespace
 
-Sm80Plan sm80_plan(const SparsePrefillParams& p) {
+Sm80Plan sm80_plan(const SparsePrefillParams& spec_params) {
+  const SparsePrefillParams p = attention_params(spec_params);
   Sm80Plan plan;
   // As few CTAs per token as the 64-head limit of one CTA allows (each CTA re-gathers the token's
   // keys), split evenly: 80 heads -> 2 x 48, 112 -> 2 x 64 (16 padding heads), 128 -> 2 x 64.
@@ -48,7 +49,8 @@ Sm80Plan sm80_plan(const SparsePrefillParams& p) {
 // pipeline depths are not valid params (validate() admits only 0 = auto and 2).
 // The Hopper kernel has one pipeline depth, and its scale tiles need scale blocks of at least 16
 // elements (templates/sparse_prefill/sm90.cuh static_asserts this).
-bool sm90_supported(const SparsePrefillParams& p) {
+bool sm90_supported(const SparsePrefillParams& spec_params) {
+  const SparsePrefillParams p = attention_params(spec_params);  // kv_staging bf16: the bf16 kernel
   const bool stages_ok = p.num_stages == 0 || p.num_stages == 2;
   const bool scales_ok = p.kv_dtype != DType::fp8_e4m3 || p.scale_block_size == 0 || p.scale_block_size >= 16;
   return stages_ok && scales_ok;
@@ -71,12 +73,31 @@ bool sm80_supported(const SparsePrefillParams& p) { return p.qk_math != QkMath::
 // NaN), which covers every scale the store writes for |x| < 2^80, so those run on the Hopper kernel
 // with the portable kernel's accuracy (session 20, H100: sbs 64 at 32K 360 TFLOP/s vs 187).
 // qk_math fp8 never has group scales (validate()); the Hopper kernel is its only one.
-bool sm90_preferred(const SparsePrefillParams& p) {
+bool sm90_preferred(const SparsePrefillParams& spec_params) {
+  // kv_staging bf16: the bf16 kernel reads the staged copy (its rounding is the staging's).
+  const SparsePrefillParams p = attention_params(spec_params);
   const bool group_scales = p.kv_dtype == DType::fp8_e4m3 && p.scale_block_size > 0 && p.scale_block_size < 576;
   return !group_scales || p.scale_fmt == ScaleFmt::ue8m0;
 }
 
-Sm90Plan sm90_plan(const SparsePrefillParams& p) {
+SparsePrefillParams attention_params(const SparsePrefillParams& p) {
+  if (p.kv_staging != KvStaging::bf16) return p;
+  SparsePrefillParams a = p;
+  a.kv_dtype = DType::bf16;
+  a.scale_block_size = 0;
+  a.scale_fmt = ScaleFmt::fp32;
+  a.kv_staging = KvStaging::none;
+  return a;
+}
+
+size_t workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks) {
+  if (p.kv_staging != KvStaging::bf16) return 0;
+  const auto rows = static_cast<size_t>(num_blocks) * static_cast<size_t>(p.page_size);
+  return rows * 576 * 2 + (rows + 15) / 16 * 16;
+}
+
+Sm90Plan sm90_plan(const SparsePrefillParams& spec_params) {
+  const SparsePrefillParams p = attention_params(spec_params);
   if (!sm90_supported(p))
     throw_error(ErrorKind::Internal, "sparse_prefill: the sm90 kernel has no num_stages {} variant", p.num_stages);
   Sm90Plan plan;

@@ -13,8 +13,25 @@ namespace mlajit::sparse_prefill {
 constexpr int kEntrySm80 = 0;  // portable mma.sync path (always present; a trapping guard for qk_math fp8)
 constexpr int kEntrySm90 = 1;  // Hopper wgmma path (present when sm90_supported(p))
 
+// kv_staging bf16 only (templates/sparse_prefill/stage_bf16.cuh), after the two attention entries:
+constexpr int kEntryStageClear = 2;    // zero the row flags
+constexpr int kEntryStageMark = 3;     // flag the rows valid slots select
+constexpr int kEntryStageConvert = 4;  // fp8 rows (flagged, or all) -> the bf16 copy
+
 constexpr const char* kSymbolSm80 = "mlajit_sparse_prefill_sm80";
 constexpr const char* kSymbolSm90 = "mlajit_sparse_prefill_sm90";
+constexpr const char* kSymbolStageClear = "mlajit_sparse_prefill_stage_clear";
+constexpr const char* kSymbolStageMark = "mlajit_sparse_prefill_stage_mark";
+constexpr const char* kSymbolStageConvert = "mlajit_sparse_prefill_stage_convert";
+constexpr int kStageThreads = 256;  // stage_bf16.cuh kThreads
+
+// The params of the attention kernel: p itself, or for kv_staging bf16 the bf16-cache kernel that
+// reads the staged copy (kv_dtype bf16, no scales). Plans and path choices take these.
+SparsePrefillParams attention_params(const SparsePrefillParams& p);
+
+// kv_staging bf16: the caller's workspace holds the bf16 copy (num_blocks * page_size rows of 576
+// elements, 1152 bytes each) and then one flag byte per row, rounded up to 16 bytes. 0 otherwise.
+size_t workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks);
 
 // The portable kernel (templates/sparse_prefill/sm80.cuh): one CTA per (token, head tile).
 struct Sm80Plan {

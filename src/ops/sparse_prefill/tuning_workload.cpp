@@ -93,6 +93,8 @@ class PrefillWorkload : public Workload {
     }
     out_ = DeviceBuffer(static_cast<size_t>(tokens_) * H * p.v_depth * 2);
     if (p.emit_lse) lse_ = DeviceBuffer(static_cast<size_t>(tokens_) * H * 4);
+    // kv_staging bf16: the staged copy (the knobs do not change its size).
+    if (const size_t ws = ops::sparse_prefill_workspace_bytes(p, num_blocks_)) workspace_ = DeviceBuffer(ws);
   }
 
   void run(const KernelSpec& spec, Stream stream) override {
@@ -113,7 +115,11 @@ class PrefillWorkload : public Workload {
                         static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.qk_depth))),
                         p.attn_sink ? TensorView(sink_d_.get(), DType::f32, {H}) : TensorView(),
                         TensorView(out_.get(), DType::bf16, {tokens_, H, p.v_depth}),
-                        p.emit_lse ? TensorView(lse_.get(), DType::f32, {tokens_, H}) : TensorView(), stream);
+                        p.emit_lse ? TensorView(lse_.get(), DType::f32, {tokens_, H}) : TensorView(),
+                        workspace_.get() ? TensorView(workspace_.get(), DType::u32,
+                                                      {static_cast<int64_t>(workspace_.size() / 4)})
+                                         : TensorView(),
+                        stream);
   }
   void poison_output() override {
     out_.fill_bytes(0xFF);
@@ -166,7 +172,7 @@ class PrefillWorkload : public Workload {
   SparsePrefillParams p_;
   data::Rng rng_;
   int64_t tokens_ = 0, topk_ = 0, stride_ = 0, pages_ = 0, num_blocks_ = 0;
-  DeviceBuffer q_, lut_d_, lengths_d_, kv_, scales_d_, idx_d_, lens_d_, sink_d_, out_, lse_;
+  DeviceBuffer q_, lut_d_, lengths_d_, kv_, scales_d_, idx_d_, lens_d_, sink_d_, out_, lse_, workspace_;
 };
 
 }  // namespace

@@ -1,0 +1,123 @@
+#pragma once
+// fp8 -> bf16 staging for sparse_prefill with params kv_staging bf16 (SPEC §3 on an fp8 cache).
+//
+// Why: the fused fp8 kernels decode every gathered row inside the attention kernel, once per
+// (token, head tile) that selects it, on a producer that cannot run ahead of a two-stage ring
+// (docs/notes/sparse_prefill_sm90.md 16-20): 0.56-0.73x of FlashMLA's bf16 kernel. A prefill's
+// tokens select their keys out of the same few sequences, so each row is selected by thousands of
+// tokens; decoding it once per launch into a bf16 copy costs one pass over the referenced rows
+// (read 576 B + scales, write 1152 B each) and lets the bf16 kernel run at its own speed.
+//
+// The copy is indexed by the encoded index itself (SPEC §1: e = block * page_size + offset, one
+// layer), so the attention kernel reads it with the caller's indices unchanged: a one-layer bf16
+// cache of num_blocks blocks (row_stride = page_size). Only the rows some valid slot selects are
+// written ("marked" mode: clear the flags, mark, convert the flagged rows) or, where that costs
+// more than it saves, every row of the layer ("all" mode: convert only); the attention kernel
+// never reads a row no valid slot selects, so the others may hold anything.
+//
+// Each staged element is q * scale computed in f32 and rounded once to bf16 (round to nearest
+// even): exact for unit and power-of-two (ue8m0) scales, within half a bf16 ulp for f32 scales.
+#include "common/convert.cuh"
+#include "common/types.cuh"
+#include "sparse_prefill/args.h"
+
+namespace mj {
+namespace sparse_prefill_stage {
+
+constexpr int kRowElems = 576;
+constexpr int kChunks = kRowElems / 16;  // 16-byte fp8 chunks per row
+constexpr int kThreads = 256;
+
+template <int PAGE_SIZE, int SCALE_BLOCK>
+struct Config {
+  static constexpr int kPageSize = PAGE_SIZE;
+  static constexpr int kScaleBlock = SCALE_BLOCK;  // 0 = unit scales, else divides 576
+  static constexpr int kScalesPerRow = SCALE_BLOCK > 0 ? kRowElems / SCALE_BLOCK : 0;
+  static_assert(SCALE_BLOCK == 0 || kRowElems % SCALE_BLOCK == 0, "scale block must divide 576");
+};
+
+// Zeroes the row flags (num_rows bytes, 16-byte aligned): the workspace is the caller's memory and
+// holds anything before the first launch.
+MJ_DEVICE void clear_flags(const SparsePrefillStageArgs& a) {
+  const i64 words = (a.num_rows + 15) / 16;
+  uint4* f = reinterpret_cast<uint4*>(a.row_flags);
+  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < words;
+       i += static_cast<i64>(gridDim.x) * blockDim.x)
+    f[i] = make_uint4(0u, 0u, 0u, 0u);
+}
+
+// Flags every row that a valid slot selects (SPEC §3 validity: slot j < min(topk_lengths[t],
+// indices_stride), int(e) >= 0, e < num_rows); slots past the length are not read. Many tokens
+// select the same row; they all store the same byte, so no atomics are needed. A CTA walks token
+// rows (no 64-bit division per slot).
+MJ_DEVICE void mark_rows(const SparsePrefillStageArgs& a) {
+  for (i64 t = blockIdx.x; t < a.num_tokens; t += gridDim.x) {
+    const u32 len = __ldg(a.topk_lengths + t);
+    const i64 n = len < static_cast<u64>(a.indices_stride) ? static_cast<i64>(len) : a.indices_stride;
+    const u32* row = a.indices + t * a.indices_stride;
+    for (i64 j = threadIdx.x; j < n; j += blockDim.x) {
+      const u32 e = __ldg(row + j);
+      if (static_cast<i32>(e) >= 0 && static_cast<i64>(e) < a.num_rows) a.row_flags[e] = 1;
+    }
+  }
+}
+
+// Converts the flagged rows (every row when row_flags is null) of the read layer into
+// rows[e][0:576] bf16. A CTA converts kRowsPerCta rows at a time, one thread per 16-byte chunk:
+// 36 consecutive threads cover a row, so the loads and stores of a warp are contiguous.
+constexpr int kRowsPerCta = kThreads / kChunks;  // 7 (252 of 256 threads busy)
+
+template <class C>
+MJ_DEVICE void convert_rows(const SparsePrefillStageArgs& a) {
+  const int r = static_cast<int>(threadIdx.x) / kChunks;
+  const int c = static_cast<int>(threadIdx.x) - r * kChunks;
+  if (r >= kRowsPerCta) return;
+  const u8* src = static_cast<const u8*>(a.kv_blocks);
+  uint4* dst = static_cast<uint4*>(a.rows);
+  for (i64 e = static_cast<i64>(blockIdx.x) * kRowsPerCta + r; e < a.num_rows;
+       e += static_cast<i64>(gridDim.x) * kRowsPerCta) {
+    if (a.row_flags && !a.row_flags[e]) continue;
+    // SPEC §1 tma_row of the encoded index, in the read layer.
+    const i64 row = (e / C::kPageSize) * a.row_stride + (e % C::kPageSize) + a.layer_row_offset;
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(src + row * kRowElems) + c);
+    const u32 w[4] = {raw.x, raw.y, raw.z, raw.w};
+    float v[16];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      // e4m3 -> f16 is exact; f16 -> f32 too.
+      const u32 lo = e4m3x2_to_f16x2(static_cast<u16>(w[k] & 0xFFFFu));
+      const u32 hi = e4m3x2_to_f16x2(static_cast<u16>(w[k] >> 16));
+      v[4 * k + 0] = f16_to_f32(static_cast<u16>(lo & 0xFFFFu));
+      v[4 * k + 1] = f16_to_f32(static_cast<u16>(lo >> 16));
+      v[4 * k + 2] = f16_to_f32(static_cast<u16>(hi & 0xFFFFu));
+      v[4 * k + 3] = f16_to_f32(static_cast<u16>(hi >> 16));
+    }
+    if constexpr (C::kScaleBlock > 0) {
+      const float* sc = a.kv_scales + row * C::kScalesPerRow;
+      if constexpr (C::kScaleBlock % 16 == 0) {
+        // The chunk lies inside one scale block.
+        const float s = __ldg(sc + (c * 16) / C::kScaleBlock);
+#pragma unroll
+        for (int k = 0; k < 16; ++k) v[k] *= s;
+      } else {
+#pragma unroll
+        for (int k = 0; k < 16; ++k) v[k] *= __ldg(sc + (c * 16 + k) / C::kScaleBlock);
+      }
+    }
+    uint4 o0, o1;
+    o0.x = pack_bf16x2(v[0], v[1]);
+    o0.y = pack_bf16x2(v[2], v[3]);
+    o0.z = pack_bf16x2(v[4], v[5]);
+    o0.w = pack_bf16x2(v[6], v[7]);
+    o1.x = pack_bf16x2(v[8], v[9]);
+    o1.y = pack_bf16x2(v[10], v[11]);
+    o1.z = pack_bf16x2(v[12], v[13]);
+    o1.w = pack_bf16x2(v[14], v[15]);
+    uint4* d = dst + e * (kRowElems * 2 / 16) + 2 * c;
+    d[0] = o0;
+    d[1] = o1;
+  }
+}
+
+}  // namespace sparse_prefill_stage
+}  // namespace mj

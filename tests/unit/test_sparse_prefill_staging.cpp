@@ -1,0 +1,238 @@
+// sparse_prefill with params.kv_staging bf16, without a GPU: what the params admit, the workspace
+// contract (size, alignment, errors that name it), the arguments the attention kernel then gets (a
+// one-layer bf16 copy read with the same indices), the generated module (the bf16-cache kernel and
+// the three staging kernels) and the host model of the staged rows.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "mlajit/codegen.hpp"
+#include "mlajit/error.hpp"
+#include "mlajit/ops.hpp"
+#include "mlajit/params.hpp"
+#include "ops/sparse_prefill/launch.hpp"
+#include "ops/sparse_prefill/plan.hpp"
+#include "reference/sparse_prefill_ref.hpp"
+
+using namespace mlajit;
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::InvalidArgument);
+    return e.what();
+  }
+  return "";
+}
+
+SparsePrefillParams staged(int sbs = 576) {
+  SparsePrefillParams p;
+  p.kv_dtype = DType::fp8_e4m3;
+  p.scale_block_size = sbs;
+  p.kv_staging = KvStaging::bf16;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("sparse_prefill kv_staging: params, JSON and kernel name") {
+  SparsePrefillParams p = staged();
+  CHECK_NOTHROW(p.validate());
+  const KernelSpec spec{p};
+  CHECK(spec.name().find("_stagebf16") != std::string::npos);
+  CHECK(KernelSpec{SparsePrefillParams{}}.name().find("stage") == std::string::npos);  // default names unchanged
+  const auto j = to_json(spec);
+  CHECK(j["params"]["kv_staging"] == "bf16");
+  CHECK(kernel_spec_from_json(j, "k").canonical() == spec.canonical());
+
+  SparsePrefillParams bf16_cache = p;
+  bf16_cache.kv_dtype = DType::bf16;
+  bf16_cache.scale_block_size = 0;
+  std::string e = error_of([&] { bf16_cache.validate(); });
+  CHECK(e.find("params.kv_staging") != std::string::npos);
+  CHECK(e.find("kv_dtype bf16") != std::string::npos);
+  SparsePrefillParams fp8_math = p;
+  fp8_math.qk_math = QkMath::fp8;
+  e = error_of([&] { fp8_math.validate(); });
+  CHECK(e.find("params.kv_staging") != std::string::npos);
+  CHECK(e.find("qk_math fp8") != std::string::npos);
+  e = error_of([&] {
+    kernel_spec_from_json(nlohmann::json::parse(R"({"op": "sparse_prefill", "params": {"kv_dtype": "fp8_e4m3",
+        "kv_staging": "fp16"}})"), "k");
+  });
+  CHECK(e.find("kv_staging") != std::string::npos);
+  CHECK(e.find("none | bf16") != std::string::npos);
+}
+
+TEST_CASE("sparse_prefill kv_staging: the attention kernel is the bf16-cache one, whatever the scales") {
+  for (int sbs : {0, 8, 64, 576}) {
+    for (ScaleFmt fmt : {ScaleFmt::fp32, ScaleFmt::ue8m0}) {
+      if (sbs == 0 && fmt == ScaleFmt::ue8m0) continue;
+      SparsePrefillParams p = staged(sbs);
+      p.scale_fmt = fmt;
+      CAPTURE(sbs);
+      const SparsePrefillParams a = sparse_prefill::attention_params(p);
+      CHECK(a.kv_dtype == DType::bf16);
+      CHECK(a.scale_block_size == 0);
+      CHECK(a.kv_staging == KvStaging::none);
+      // Group scales of any f32 value, even 8-element ones, run on the Hopper kernel: the staging
+      // already applied them (rounded once to bf16).
+      CHECK(sparse_prefill::sm90_supported(p));
+      CHECK(sparse_prefill::sm90_preferred(p));
+      CHECK(sparse_prefill::sm90_plan(p).persistent);
+      CHECK(sparse_prefill::sm80_plan(p).smem_bytes == sparse_prefill::sm80_plan(a).smem_bytes);
+      CHECK(sparse_prefill::resolve_path(p, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm90);
+      CHECK(sparse_prefill::resolve_path(p, "sm_89", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
+
+      const KernelSpec spec{p};
+      const KernelSource src = generate(spec);
+      REQUIRE(src.entries.size() == 5);
+      CHECK(src.entries[sparse_prefill::kEntryStageClear].symbol == sparse_prefill::kSymbolStageClear);
+      CHECK(src.entries[sparse_prefill::kEntryStageMark].symbol == sparse_prefill::kSymbolStageMark);
+      CHECK(src.entries[sparse_prefill::kEntryStageConvert].symbol == sparse_prefill::kSymbolStageConvert);
+      CHECK(src.code.find("#include \"sparse_prefill/stage_bf16.cuh\"") != std::string::npos);
+      CHECK(src.code.find(fmt::format("/*page_size*/ 64, /*scale_block*/ {}>", sbs)) != std::string::npos);
+      // The attention Config of both bodies is the bf16 cache's (kv_fp8 false, scale block 0).
+      CHECK(src.code.find("/*kv_fp8*/ true") == std::string::npos);
+      CHECK(src.code.find("/*kv_fp8*/ false") != std::string::npos);
+      CHECK(src.code.find("kPersistent == true") != std::string::npos);
+      // Forced paths hold the staging kernels too.
+      for (auto path : {sparse_prefill::Path::sm80, sparse_prefill::Path::sm90})
+        CHECK(generate_sparse_prefill_mode(spec, path).entries.size() == 5);
+    }
+  }
+  // Without staging nothing changes: two entries.
+  SparsePrefillParams plain = staged();
+  plain.kv_staging = KvStaging::none;
+  CHECK(generate(KernelSpec{plain}).entries.size() == 2);
+}
+
+TEST_CASE("sparse_prefill kv_staging: the workspace contract (no GPU needed)") {
+  const SparsePrefillParams p = staged(64);
+  const int64_t T = 3, NB = 5, L = 2, P = 64, S = 128;
+  const size_t need = ops::sparse_prefill_workspace_bytes(p, NB);
+  CHECK(need == static_cast<size_t>(NB * P) * 1152 + 320);  // 320 flag bytes: 320 rows, a multiple of 16
+  CHECK(sparse_prefill::workspace_bytes(p, 3) == 3 * 64 * 1152 + 192);
+  SparsePrefillParams odd = p;
+  odd.page_size = 4;
+  CHECK(sparse_prefill::workspace_bytes(odd, 5) == 20 * 1152 + 32);  // 20 flags rounded up to 32
+  SparsePrefillParams none = p;
+  none.kv_staging = KvStaging::none;
+  CHECK(ops::sparse_prefill_workspace_bytes(none, NB) == 0);
+  CHECK(error_of([&] { ops::sparse_prefill_workspace_bytes(p, 0); }).find("num_blocks") != std::string::npos);
+
+  alignas(16) static unsigned char fake[64];  // never dereferenced: validation fails or nothing launches
+  void* ptr = fake;
+  TensorView q(ptr, DType::bf16, {T, 128, 576});
+  ops::PagedCacheView kv;
+  kv.blocks = TensorView(ptr, DType::fp8_e4m3, {NB, 1, L, P, 1, 576});
+  kv.scales = TensorView(ptr, DType::f32, {NB, 1, L, P, 1, 9});
+  TensorView idx(ptr, DType::u32, {T, S}), len(ptr, DType::u32, {T});
+  TensorView out(ptr, DType::bf16, {T, 128, 512}), lse(ptr, DType::f32, {T, 128});
+  const auto ws_of = [&](size_t bytes, size_t offset = 0) {
+    return TensorView(fake + offset, DType::u32, {static_cast<int64_t>(bytes / 4)});
+  };
+
+  // The good case: the attention kernel is pointed at the copy, a one-layer bf16 cache.
+  SparsePrefillArgs a = sparse_prefill::make_args(p, q, kv, idx, len, 1, 0.05f, TensorView(), out, lse);
+  const SparsePrefillStageArgs sa = sparse_prefill::make_stage_args(p, kv, ws_of(need), a);
+  CHECK(sa.kv_blocks == ptr);
+  CHECK(sa.kv_scales == ptr);
+  CHECK(sa.row_stride == L * P);
+  CHECK(sa.layer_row_offset == P);
+  CHECK(sa.num_rows == NB * P);
+  CHECK(sa.num_tokens == T);
+  CHECK(sa.indices_stride == S);
+  CHECK(sa.rows == ptr);
+  CHECK(sa.row_flags == fake + NB * P * 1152);
+  CHECK(a.kv_blocks == ptr);
+  CHECK(a.kv_scales == nullptr);
+  CHECK(a.row_stride == P);
+  CHECK(a.layer_row_offset == 0);
+  CHECK(a.num_kv_rows == NB * P);  // the same encoded indices are valid: e < num_blocks * page_size
+
+  // Errors name the workspace, its size and the size needed; nothing is launched (no GPU here).
+  auto staged_error = [&](const TensorView& ws) {
+    return error_of([&] { ops::sparse_prefill(p, q, kv, idx, len, 1, 0.05f, TensorView(), out, lse, ws); });
+  };
+  std::string e = staged_error(ws_of(need - 16));
+  CHECK(e.find("workspace size") != std::string::npos);
+  CHECK(e.find(fmt::format("{} bytes", need - 16)) != std::string::npos);
+  CHECK(e.find(fmt::format("{} bytes", need)) != std::string::npos);
+  e = staged_error(TensorView());
+  CHECK(e.find("workspace size") != std::string::npos);
+  CHECK(e.find("got 0 bytes") != std::string::npos);
+  // The overload without a workspace is the same as an empty one.
+  e = error_of([&] { ops::sparse_prefill(p, q, kv, idx, len, 1, 0.05f, TensorView(), out, lse); });
+  CHECK(e.find("workspace size") != std::string::npos);
+  e = staged_error(ws_of(need + 16, 4));
+  CHECK(e.find("workspace address") != std::string::npos);
+  // Without staging the workspace is not looked at.
+  SparsePrefillArgs b = sparse_prefill::make_args(none, q, kv, idx, len, 1, 0.05f, TensorView(), out, lse);
+  const SparsePrefillArgs before = b;
+  sparse_prefill::make_stage_args(none, kv, TensorView(), b);
+  CHECK(b.kv_blocks == before.kv_blocks);
+  CHECK(b.row_stride == before.row_stride);
+}
+
+TEST_CASE("sparse_prefill kv_staging: every row or only the marked ones, by the byte model") {
+  using sparse_prefill::stage_marks_rows;
+  // The benchmark's shape: 4096 tokens x 2048 slots. 32K rows cost less to convert than to mark.
+  CHECK_FALSE(stage_marks_rows(32768 + 64, 4096, 2048));
+  CHECK(stage_marks_rows(131072 + 64, 4096, 2048));
+  // A large pool and a short prefill: mark.
+  CHECK(stage_marks_rows(int64_t{1} << 20, 128, 2048));
+  // No overflow at the extremes.
+  CHECK(stage_marks_rows(int64_t{1} << 40, 1, 64));
+  CHECK_FALSE(stage_marks_rows(1, int64_t{1} << 40, int64_t{1} << 30));
+  CHECK(sparse_prefill::parse_stage_rows("marked", "f") == sparse_prefill::StageRows::marked);
+  const std::string e = error_of([] { sparse_prefill::parse_stage_rows("some", "stage_rows"); });
+  CHECK(e.find("stage_rows") != std::string::npos);
+  CHECK(e.find("auto | all | marked") != std::string::npos);
+}
+
+TEST_CASE("sparse_prefill kv_staging: the host model of a staged row (e4m3 * scale in f32, one bf16 rounding)") {
+  SparsePrefillParams p = staged(64);
+  ref::SparsePrefillShape s;
+  s.num_tokens = 2;
+  s.indices_stride = 64;
+  s.kv_tokens = 128;
+  const auto pb = ref::make_random_problem(p, s, 11);
+  const auto st = ref::staged_bf16_problem(pb);
+  CHECK(st.p.kv_dtype == DType::bf16);
+  CHECK(st.scales.empty());
+  CHECK(st.blocks.size() == pb.blocks.size() * 2);
+  std::vector<double> k8(576), k16(576);
+  size_t inexact = 0;
+  for (int64_t row = 0; row < pb.num_blocks * pb.row_stride(); ++row) {
+    ref::decode_row(pb, row, k8.data());
+    ref::decode_row(st, row, k16.data());
+    for (int d = 0; d < 576; ++d) {
+      if (std::isnan(k8[d])) {
+        CHECK(std::isnan(k16[d]));
+        continue;
+      }
+      // One rounding to bf16: within half an ulp (at most 2^-8 relative: 8 significant bits).
+      CHECK(std::fabs(k16[d] - k8[d]) <= std::fabs(k8[d]) * 0x1p-8 + 1e-300);
+      inexact += k16[d] != k8[d];
+    }
+  }
+  CHECK(inexact > 0);  // f32 scales: some products need more than bf16's 8 bits
+  // Power-of-two scales: every staged element is exact.
+  p.scale_fmt = ScaleFmt::ue8m0;
+  const auto pb2 = ref::make_random_problem(p, s, 12);
+  const auto st2 = ref::staged_bf16_problem(pb2);
+  for (int64_t row = 0; row < pb2.num_blocks * pb2.row_stride(); ++row) {
+    ref::decode_row(pb2, row, k8.data());
+    ref::decode_row(st2, row, k16.data());
+    for (int d = 0; d < 576; ++d)
+      if (!std::isnan(k8[d])) CHECK(k16[d] == k8[d]);
+  }
+}
