@@ -35,9 +35,10 @@ SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, c
 enum class StageRows { automatic, all, marked };
 const char* stage_rows_name(StageRows r);
 StageRows parse_stage_rows(std::string_view name, const std::string& field);
-// The automatic choice: marking reads every valid index and stores a byte per slot (~12 bytes of
-// traffic per slot), converting moves ~1.8 KB per row (576 B + scales in, 1152 B out); converting
-// every row is chosen only where it costs less than the marking alone, so it is never the worse.
+// The automatic choice, by a byte model measured on an H100 (op.cpp): converting moves ~1.8 KB per
+// row; marking costs ~48 bytes per slot plus the conversion of the rows it marks. Marks where
+// converting every row would cost more than twice the marking: a large pool read by a short
+// prefill. The benchmark's shapes (4096 x 2048 slots, s_kv up to 128K) convert every row.
 bool stage_marks_rows(int64_t num_rows, int64_t num_tokens, int64_t indices_stride);
 
 // kv_staging bf16: checks `workspace` (16-byte aligned, at least workspace_bytes(p, num_blocks)

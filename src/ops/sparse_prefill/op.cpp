@@ -170,9 +170,15 @@ StageRows parse_stage_rows(std::string_view name, const std::string& field) {
 }
 
 bool stage_marks_rows(int64_t num_rows, int64_t num_tokens, int64_t indices_stride) {
-  // Converting costs ~1808 bytes per row, marking ~12 per slot: convert every row only where that
-  // is cheaper than the marking alone. Compared in double: the products may pass 2^63.
-  return static_cast<double>(num_rows) * 1808.0 > static_cast<double>(num_tokens) * static_cast<double>(indices_stride) * 12.0;
+  // Costs in bytes of DRAM / L2 traffic at copy bandwidth (H100, notes 39): converting a row moves
+  // 1808 bytes (576 + scales in, 1152 out); marking costs ~kMarkBytesPerSlot per slot (the index,
+  // and a 32-byte L2 sector for the flag check), plus the conversion of the marked rows, which is
+  // unknown here (at most every row). Marking is chosen where converting every row would cost more
+  // than twice the marking itself, i.e. where it pays as soon as at most half the rows are selected.
+  // Compared in double: the products may pass 2^63.
+  constexpr double kConvertBytesPerRow = 1808.0, kMarkBytesPerSlot = 48.0;
+  return static_cast<double>(num_rows) * kConvertBytesPerRow >
+         2.0 * kMarkBytesPerSlot * static_cast<double>(num_tokens) * static_cast<double>(indices_stride);
 }
 
 SparsePrefillStageArgs make_stage_args(const SparsePrefillParams& p, const ops::PagedCacheView& kv,
