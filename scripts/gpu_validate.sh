@@ -58,6 +58,7 @@ done
 for kv in 8192 32768 65536 131072; do
   "$B/mlajit" bench sparse_prefill --shape keys=$kv,kv_dtype=bf16,sink=1 --reps 10 $(anchor libflashmla_anchor.so)
   "$B/mlajit" bench sparse_prefill --shape keys=$kv,kv_dtype=fp8_e4m3,scale_block_size=576,sink=1 --reps 10 $(anchor libflashmla_anchor.so)
+  "$B/mlajit" bench sparse_prefill --shape keys=$kv,kv_dtype=fp8_e4m3,scale_block_size=576,sink=1,kv_staging=bf16 --reps 10 $(anchor libflashmla_anchor.so)
 done
 } 2>&1 | tee "$OUT/bench.log"
 step done
