@@ -369,6 +369,7 @@ mlajit_status mlajit_sparse_prefill_ws(mlajit_op op, const mlajit_tensor* q, con
     if (p.attn_sink) need(attn_sink, "attn_sink");
     need(out, "out");
     if (p.emit_lse) need(lse, "lse");
+    if (p.kv_staging == mlajit::KvStaging::bf16) need(workspace, "workspace");
     mlajit::ops::sparse_prefill(p, view_of(q, "q"),
                                 cache_of(kv, "kv"), view_of(indices, "indices"), view_of(topk_lengths, "topk_lengths"),
                                 layer_idx, softmax_scale, view_of(attn_sink, "attn_sink"), view_of(out, "out"),

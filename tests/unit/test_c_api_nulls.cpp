@@ -105,7 +105,25 @@ TEST_CASE("C API: a NULL required tensor is named as such, in every op") {
   add("attn_sink", SINK, pf);  // params.attn_sink
   add("out", OUT, pf);
   add("lse", LSE, pf);  // params.emit_lse
+  mlajit_op staged = make_op(
+      R"({"op":"sparse_prefill","params":{"kv_dtype":"fp8_e4m3","scale_block_size":64,"kv_staging":"bf16"}})");
+  auto pw = [&](int null) {
+    return mlajit_sparse_prefill_ws(staged, NUL(Q), cache(null), NUL(INDICES), NUL(TOPK), 0, 0.1f, nullptr, NUL(OUT),
+                                    NUL(LSE), NUL(WORKSPACE), nullptr);
+  };
+  add("q", Q, pw);
+  add("kv.scales", SCALES, pw);
+  add("workspace", WORKSPACE, pw);  // params.kv_staging bf16
   expect_named(cases);
+  // The staged op's workspace size; NULL for the result is refused.
+  size_t bytes = 0;
+  CHECK(mlajit_sparse_prefill_workspace_bytes(staged, 3, &bytes) == MLAJIT_OK);
+  CHECK(bytes == 3 * 64 * 1153);
+  CHECK(mlajit_sparse_prefill_workspace_bytes(prefill, 3, &bytes) == MLAJIT_OK);
+  CHECK(bytes == 0);
+  CHECK(mlajit_sparse_prefill_workspace_bytes(staged, 3, nullptr) == MLAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(mlajit_last_error()).find("bytes") != std::string::npos);
+  mlajit_op_destroy(staged);
 
   // Optional arguments may be NULL: the call then fails on the (placeholder) tensors, not on them.
   static float dummy;
