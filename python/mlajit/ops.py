@@ -188,7 +188,9 @@ def sparse_prefill(spec, q, kv_blocks, indices, topk_lengths, *, softmax_scale, 
     i32 output of mla_indexer with emit=physical (read as u32: the same bits, -1 = invalid).
     workspace: with params kv_staging "bf16", device scratch of at least
     prefill_workspace_bytes(spec, kv_blocks.shape[0]) bytes, 16-byte aligned (allocated per call
-    when not given; pass one to reuse it, e.g. across layers or in a CUDA graph); else unused."""
+    when not given; pass one to reuse it, e.g. across layers or in a CUDA graph); else unused.
+    Under torch.compile (the torch.ops.mlajit path) the custom op allocates its own per call and a
+    given workspace is not used."""
     device = _eager_device(q)
     if device is None:
         o, l = torch.ops.mlajit.sparse_prefill(_key(spec), q, kv_blocks, kv_scales, indices, topk_lengths, layer_idx,

@@ -132,6 +132,38 @@ mlajit::KernelSpec spec_of(const char* json_text) {
 
 }  // namespace
 
+namespace {
+
+// Both prefill entry points. `fn`: the caller's name for errors; `has_workspace`: whether it takes one.
+mlajit_status sparse_prefill_call(const char* fn, bool has_workspace, mlajit_op op, const mlajit_tensor* q,
+                                  const mlajit_paged_cache* kv, const mlajit_tensor* indices,
+                                  const mlajit_tensor* topk_lengths, int layer_idx, float softmax_scale,
+                                  const mlajit_tensor* attn_sink, const mlajit_tensor* out, const mlajit_tensor* lse,
+                                  const mlajit_tensor* workspace, void* stream) {
+  return guarded_on(op, [&] {
+    const auto& p = params_of<mlajit::SparsePrefillParams>(op, fn);
+    need(q, "q");
+    need_cache(kv, "kv", p.kv_dtype == mlajit::DType::fp8_e4m3 && p.scale_block_size > 0, false, false);
+    need(indices, "indices");
+    need(topk_lengths, "topk_lengths");
+    if (p.attn_sink) need(attn_sink, "attn_sink");
+    need(out, "out");
+    if (p.emit_lse) need(lse, "lse");
+    if (p.kv_staging == mlajit::KvStaging::bf16) {
+      if (!has_workspace)
+        mlajit::throw_invalid(std::string(fn) + " with params.kv_staging bf16", "no workspace argument",
+                              "mlajit_sparse_prefill_ws with a workspace of mlajit_sparse_prefill_workspace_bytes() bytes");
+      need(workspace, "workspace");
+    }
+    mlajit::ops::sparse_prefill(p, view_of(q, "q"),
+                                cache_of(kv, "kv"), view_of(indices, "indices"), view_of(topk_lengths, "topk_lengths"),
+                                layer_idx, softmax_scale, view_of(attn_sink, "attn_sink"), view_of(out, "out"),
+                                view_of(lse, "lse"), view_of(workspace, "workspace"), stream);
+  });
+}
+
+}  // namespace
+
 extern "C" {
 
 const char* mlajit_version(void) { return MLAJIT_VERSION_STRING; }
@@ -352,29 +384,16 @@ mlajit_status mlajit_sparse_prefill(mlajit_op op, const mlajit_tensor* q, const 
                                     const mlajit_tensor* indices, const mlajit_tensor* topk_lengths, int layer_idx,
                                     float softmax_scale, const mlajit_tensor* attn_sink, const mlajit_tensor* out,
                                     const mlajit_tensor* lse, void* stream) {
-  return mlajit_sparse_prefill_ws(op, q, kv, indices, topk_lengths, layer_idx, softmax_scale, attn_sink, out, lse,
-                                  nullptr, stream);
+  return sparse_prefill_call("mlajit_sparse_prefill", false, op, q, kv, indices, topk_lengths, layer_idx,
+                             softmax_scale, attn_sink, out, lse, nullptr, stream);
 }
 
 mlajit_status mlajit_sparse_prefill_ws(mlajit_op op, const mlajit_tensor* q, const mlajit_paged_cache* kv,
                                        const mlajit_tensor* indices, const mlajit_tensor* topk_lengths, int layer_idx,
                                        float softmax_scale, const mlajit_tensor* attn_sink, const mlajit_tensor* out,
                                        const mlajit_tensor* lse, const mlajit_tensor* workspace, void* stream) {
-  return guarded_on(op, [&] {
-    const auto& p = params_of<mlajit::SparsePrefillParams>(op, "mlajit_sparse_prefill");
-    need(q, "q");
-    need_cache(kv, "kv", p.kv_dtype == mlajit::DType::fp8_e4m3 && p.scale_block_size > 0, false, false);
-    need(indices, "indices");
-    need(topk_lengths, "topk_lengths");
-    if (p.attn_sink) need(attn_sink, "attn_sink");
-    need(out, "out");
-    if (p.emit_lse) need(lse, "lse");
-    if (p.kv_staging == mlajit::KvStaging::bf16) need(workspace, "workspace");
-    mlajit::ops::sparse_prefill(p, view_of(q, "q"),
-                                cache_of(kv, "kv"), view_of(indices, "indices"), view_of(topk_lengths, "topk_lengths"),
-                                layer_idx, softmax_scale, view_of(attn_sink, "attn_sink"), view_of(out, "out"),
-                                view_of(lse, "lse"), view_of(workspace, "workspace"), stream);
-  });
+  return sparse_prefill_call("mlajit_sparse_prefill_ws", true, op, q, kv, indices, topk_lengths, layer_idx,
+                             softmax_scale, attn_sink, out, lse, workspace, stream);
 }
 
 }  // extern "C"

@@ -115,6 +115,10 @@ TEST_CASE("C API: a NULL required tensor is named as such, in every op") {
   add("kv.scales", SCALES, pw);
   add("workspace", WORKSPACE, pw);  // params.kv_staging bf16
   expect_named(cases);
+  // The entry point without a workspace refuses a staged op, pointing at the one with it.
+  CHECK(mlajit_sparse_prefill(staged, &t, cache(-1), &t, &t, 0, 0.1f, nullptr, &t, &t, nullptr) ==
+        MLAJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(mlajit_last_error()).find("mlajit_sparse_prefill_ws") != std::string::npos);
   // The staged op's workspace size; NULL for the result is refused.
   size_t bytes = 0;
   CHECK(mlajit_sparse_prefill_workspace_bytes(staged, 3, &bytes) == MLAJIT_OK);

@@ -127,6 +127,11 @@ TEST_CASE("sparse_prefill kv_staging: the workspace contract (no GPU needed)") {
   none.kv_staging = KvStaging::none;
   CHECK(ops::sparse_prefill_workspace_bytes(none, NB) == 0);
   CHECK(error_of([&] { ops::sparse_prefill_workspace_bytes(p, 0); }).find("num_blocks") != std::string::npos);
+  // More rows than an int32 encoded index reaches: refused, never a wrapped size.
+  CHECK(ops::sparse_prefill_workspace_bytes(p, (int64_t{1} << 31) / 64) > 0);
+  const std::string big = error_of([&] { ops::sparse_prefill_workspace_bytes(p, (int64_t{1} << 31) / 64 + 1); });
+  CHECK(big.find("num_blocks") != std::string::npos);
+  CHECK(big.find("2^31 / page_size = 33554432") != std::string::npos);
 
   alignas(16) static unsigned char fake[64];  // never dereferenced: validation fails or nothing launches
   void* ptr = fake;

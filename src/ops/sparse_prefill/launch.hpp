@@ -69,6 +69,8 @@ Path resolve_path(const SparsePrefillParams& p, const std::string& arch, Path re
 std::shared_ptr<const Kernel> kernel_for(const SparsePrefillParams& p, Path path, Stream stream = nullptr);
 
 // Launches entry `path` (sm80 | sm90) of `kernel` (kernel_for(p, path)) over args.num_tokens tokens.
+// kv_staging bf16: `args` must have passed through make_stage_args (the kernel reads bf16 rows) and
+// stage() must have run on the stream before.
 // grid_ctas: 0 = automatic (the persistent sm90 kernel, Sm90Plan::persistent: one CTA per SM, at most
 // one per item; every other kernel: one CTA per item). > 0, persistent kernel only: that many CTAs
 // (capped at the item count), for the tests (grids of 1, 3, 7 CTAs walk many items each) and the

@@ -186,6 +186,10 @@ SparsePrefillStageArgs make_stage_args(const SparsePrefillParams& p, const ops::
   SparsePrefillStageArgs sa{};
   if (p.kv_staging != KvStaging::bf16) return sa;
   const int64_t num_blocks = kv.blocks.shape[0];  // make_args checked the view
+  MLAJIT_EXPECT(num_blocks <= kMaxStagedRows / p.page_size, "kv.blocks dim 0 (num_blocks)", num_blocks,
+                fmt::format("at most 2^31 / page_size = {} with params.kv_staging bf16 (the staged copy is indexed "
+                            "by the int32 encoded index)",
+                            kMaxStagedRows / p.page_size));
   const size_t need = workspace_bytes(p, num_blocks);
   const size_t have = workspace.empty() ? 0 : static_cast<size_t>(workspace.numel()) * dtype_size(workspace.dtype);
   if (have < need)
@@ -386,6 +390,11 @@ namespace ops {
 size_t sparse_prefill_workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks) {
   p.validate();
   MLAJIT_EXPECT(num_blocks >= 1, "num_blocks", num_blocks, "at least 1 (kv.blocks dim 0)");
+  if (p.kv_staging == KvStaging::bf16)
+    MLAJIT_EXPECT(num_blocks <= sparse_prefill::kMaxStagedRows / p.page_size, "num_blocks", num_blocks,
+                  fmt::format("at most 2^31 / page_size = {} with params.kv_staging bf16 (the staged copy is "
+                              "indexed by the int32 encoded index)",
+                              sparse_prefill::kMaxStagedRows / p.page_size));
   return sparse_prefill::workspace_bytes(p, num_blocks);
 }
 

@@ -3,6 +3,8 @@
 // tiling / launch geometry of each. The generator (ops/sparse_prefill/generate.cpp) emits the entries from
 // it and the op (ops/sparse_prefill/op.cpp) launches from it, so the two cannot drift apart; the
 // generated source also static_asserts the shared-memory size against the device-side Config.
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "mlajit/params.hpp"
@@ -29,6 +31,9 @@ constexpr int kStageThreads = 256;  // stage_bf16.cuh kThreads
 // reads the staged copy (kv_dtype bf16, no scales). Plans and path choices take these.
 SparsePrefillParams attention_params(const SparsePrefillParams& p);
 
+// kv_staging bf16: encoded indices are int32 (SPEC §3 validity), so a layer of more rows than this
+// could not be addressed; its staged copy is refused (such a pool would hold over 1.2 TB anyway).
+constexpr int64_t kMaxStagedRows = int64_t{1} << 31;
 // kv_staging bf16: the caller's workspace holds the bf16 copy (num_blocks * page_size rows of 576
 // elements, 1152 bytes each) and then one flag byte per row, rounded up to 16 bytes. 0 otherwise.
 size_t workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks);
