@@ -34,10 +34,11 @@ struct SparsePrefillStageArgs {
   const unsigned* topk_lengths; // u32 [num_tokens]
   const void* kv_blocks;        // fp8_e4m3 paged latent cache
   const float* kv_scales;       // f32 per row (scale_block_size > 0), else null
-  unsigned char* row_flags;     // u8 [num_rows] (16-byte aligned): rows to convert; null = every row
+  unsigned char* page_flags;    // u8 [num_blocks] (16-byte aligned): pages to convert; null = every row
   void* rows;                   // bf16 [num_rows, 576]: the staged copy
   long long num_tokens;
   long long indices_stride;
+  long long num_blocks;         // physical blocks (pages) of the cache
   long long num_rows;           // num_blocks * page_size: every encoded index of the cache
   long long row_stride;         // as SparsePrefillArgs
   long long layer_row_offset;   // as SparsePrefillArgs

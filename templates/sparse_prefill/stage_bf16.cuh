@@ -11,10 +11,10 @@
 //
 // The copy is indexed by the encoded index itself (SPEC §1: e = block * page_size + offset, one
 // layer), so the attention kernel reads it with the caller's indices unchanged: a one-layer bf16
-// cache of num_blocks blocks (row_stride = page_size). Only the rows some valid slot selects are
-// written ("marked" mode: clear the flags, mark, convert the flagged rows) or, where that costs
-// more than it saves, every row of the layer ("all" mode: convert only); the attention kernel
-// never reads a row no valid slot selects, so the others may hold anything.
+// cache of num_blocks blocks (row_stride = page_size). Only the pages holding rows some valid slot
+// selects are written ("marked" mode: clear the page flags, mark, convert the flagged pages) or,
+// where that costs more than it saves, every row of the layer ("all" mode: convert only); the
+// attention kernel never reads a row no valid slot selects, so the others may hold anything.
 //
 // Each staged element is q * scale computed in f32 and rounded once to bf16 (round to nearest
 // even): exact for unit and power-of-two (ue8m0) scales, within half a bf16 ulp for f32 scales.
@@ -37,37 +37,64 @@ struct Config {
   static_assert(SCALE_BLOCK == 0 || kRowElems % SCALE_BLOCK == 0, "scale block must divide 576");
 };
 
-// Zeroes the row flags (num_rows bytes, 16-byte aligned): the workspace is the caller's memory and
-// holds anything before the first launch.
+// Zeroes the page flags (num_blocks bytes, rounded up to 16; 16-byte aligned): the workspace is
+// the caller's memory and holds anything before the first launch.
 MJ_DEVICE void clear_flags(const SparsePrefillStageArgs& a) {
-  const i64 words = (a.num_rows + 15) / 16;
-  uint4* f = reinterpret_cast<uint4*>(a.row_flags);
+  const i64 words = (a.num_blocks + 15) / 16;
+  uint4* f = reinterpret_cast<uint4*>(a.page_flags);
   for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < words;
        i += static_cast<i64>(gridDim.x) * blockDim.x)
     f[i] = make_uint4(0u, 0u, 0u, 0u);
 }
 
-// Flags every row that a valid slot selects (SPEC §3 validity: slot j < min(topk_lengths[t],
-// indices_stride), int(e) >= 0, e < num_rows); slots past the length are not read. Many tokens
-// select the same row; they all store the same byte, so no atomics are needed. A CTA walks token
-// rows (no 64-bit division per slot). Each slot reads the flag first (from L2: another SM may have
-// set it) and stores only if it is still clear: stores from every SM to the same few bytes
-// serialise in L2 (a prefill's tokens select each row 64-1000 times), reads much less. H100, 8M
-// slots (notes 39): unconditional stores 0.25-0.54 ms, this 0.14-0.24 ms; four slots in flight
-// per thread was slower again (0.20-0.40 ms: more threads find the flag still clear).
-MJ_DEVICE void mark_rows(const SparsePrefillStageArgs& a) {
+// Pools of up to this many blocks are deduplicated in shared memory by the marking CTAs.
+constexpr int kSmemPages = 32768;
+
+// Flags every page (physical block) that holds a row a valid slot selects (SPEC §3 validity: slot
+// j < min(topk_lengths[t], indices_stride), int(e) >= 0, e < num_rows); slots past the length are
+// not read. The convert pass then converts every row of a flagged page: a pool's pages belong to
+// sequences, and a prefill's selections stay inside its own sequences' pages.
+// Why pages and shared memory: a prefill selects each row 64-1000 times, and every slot checking a
+// global flag costs an L2 round trip on a 32-byte sector (0.14-0.24 ms per 8M slots on an H100,
+// notes 39). A CTA walks many tokens and records their pages in a shared byte array first, then
+// sets each page it saw in global memory once (read first, stored only if clear: stores from every
+// SM to one byte serialise in L2). Plain byte stores of the same value need no atomics. Pools
+// above kSmemPages blocks check the global flags per slot instead.
+template <class C>
+MJ_DEVICE void mark_pages(const SparsePrefillStageArgs& a) {
+  __shared__ alignas(16) u8 seen[kSmemPages];
+  const bool local = a.num_blocks <= kSmemPages;
+  const int words = static_cast<int>((a.num_blocks + 15) / 16);
+  if (local) {
+    for (int i = threadIdx.x; i < words; i += blockDim.x) reinterpret_cast<uint4*>(seen)[i] = make_uint4(0u, 0u, 0u, 0u);
+    __syncthreads();
+  }
   for (i64 t = blockIdx.x; t < a.num_tokens; t += gridDim.x) {
     const u32 len = __ldg(a.topk_lengths + t);
     const i64 n = len < static_cast<u64>(a.indices_stride) ? static_cast<i64>(len) : a.indices_stride;
     const u32* row = a.indices + t * a.indices_stride;
     for (i64 j = threadIdx.x; j < n; j += blockDim.x) {
       const u32 e = __ldg(row + j);
-      if (static_cast<i32>(e) >= 0 && static_cast<i64>(e) < a.num_rows && !__ldcg(a.row_flags + e)) a.row_flags[e] = 1;
+      if (static_cast<i32>(e) < 0 || static_cast<i64>(e) >= a.num_rows) continue;
+      const u32 page = e / C::kPageSize;
+      if (local) {
+        if (!seen[page]) seen[page] = 1;
+      } else if (!__ldcg(a.page_flags + page)) {
+        a.page_flags[page] = 1;
+      }
     }
+  }
+  if (!local) return;
+  __syncthreads();
+  for (int i = threadIdx.x; i < words; i += blockDim.x) {
+    const uint4 v = reinterpret_cast<const uint4*>(seen)[i];
+    if (!(v.x | v.y | v.z | v.w)) continue;
+    for (int b = 0; b < 16; ++b)
+      if (seen[16 * i + b] && !__ldcg(a.page_flags + 16 * i + b)) a.page_flags[16 * i + b] = 1;
   }
 }
 
-// Converts the flagged rows (every row when row_flags is null) of the read layer into
+// Converts the rows of flagged pages (every row when page_flags is null) of the read layer into
 // rows[e][0:576] bf16. A CTA converts kRowsPerCta rows at a time, one thread per 16-byte chunk:
 // 36 consecutive threads cover a row, so the loads and stores of a warp are contiguous.
 constexpr int kRowsPerCta = kThreads / kChunks;  // 7 (252 of 256 threads busy)
@@ -81,7 +108,7 @@ MJ_DEVICE void convert_rows(const SparsePrefillStageArgs& a) {
   uint4* dst = static_cast<uint4*>(a.rows);
   for (i64 e = static_cast<i64>(blockIdx.x) * kRowsPerCta + r; e < a.num_rows;
        e += static_cast<i64>(gridDim.x) * kRowsPerCta) {
-    if (a.row_flags && !a.row_flags[e]) continue;
+    if (a.page_flags && !a.page_flags[e / C::kPageSize]) continue;
     // SPEC §1 tma_row of the encoded index, in the read layer.
     const i64 row = (e / C::kPageSize) * a.row_stride + (e % C::kPageSize) + a.layer_row_offset;
     const uint4 raw = __ldg(reinterpret_cast<const uint4*>(src + row * kRowElems) + c);

@@ -118,11 +118,12 @@ TEST_CASE("sparse_prefill kv_staging: the workspace contract (no GPU needed)") {
   const SparsePrefillParams p = staged(64);
   const int64_t T = 3, NB = 5, L = 2, P = 64, S = 128;
   const size_t need = ops::sparse_prefill_workspace_bytes(p, NB);
-  CHECK(need == static_cast<size_t>(NB * P) * 1152 + 320);  // 320 flag bytes: 320 rows, a multiple of 16
-  CHECK(sparse_prefill::workspace_bytes(p, 3) == 3 * 64 * 1152 + 192);
+  CHECK(need == static_cast<size_t>(NB * P) * 1152 + 16);  // a flag byte per page, rounded up to 16
+  CHECK(sparse_prefill::workspace_bytes(p, 3) == 3 * 64 * 1152 + 16);
+  CHECK(sparse_prefill::workspace_bytes(p, 17) == 17 * 64 * 1152 + 32);
   SparsePrefillParams odd = p;
   odd.page_size = 4;
-  CHECK(sparse_prefill::workspace_bytes(odd, 5) == 20 * 1152 + 32);  // 20 flags rounded up to 32
+  CHECK(sparse_prefill::workspace_bytes(odd, 5) == 20 * 1152 + 16);
   SparsePrefillParams none = p;
   none.kv_staging = KvStaging::none;
   CHECK(ops::sparse_prefill_workspace_bytes(none, NB) == 0);
@@ -156,7 +157,8 @@ TEST_CASE("sparse_prefill kv_staging: the workspace contract (no GPU needed)") {
   CHECK(sa.num_tokens == T);
   CHECK(sa.indices_stride == S);
   CHECK(sa.rows == ptr);
-  CHECK(sa.row_flags == fake + NB * P * 1152);
+  CHECK(sa.page_flags == fake + NB * P * 1152);
+  CHECK(sa.num_blocks == NB);
   CHECK(a.kv_blocks == ptr);
   CHECK(a.kv_scales == nullptr);
   CHECK(a.row_stride == P);

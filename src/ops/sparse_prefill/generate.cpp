@@ -73,7 +73,7 @@ std::string sm90_part(const SparsePrefillParams& p, const sparse_prefill::Sm90Pl
 // beside whichever attention body the module holds (they are plain CUDA for any target).
 std::string stage_part(const SparsePrefillParams& p) {
   return fmt::format(
-      "// fp8 -> bf16 staging of the selected rows (kv_staging bf16): clear the row flags, mark, convert.\n"
+      "// fp8 -> bf16 staging of the selected rows (kv_staging bf16): clear the page flags, mark, convert.\n"
       "#include \"sparse_prefill/stage_bf16.cuh\"\n"
       "using SparsePrefillStage = mj::sparse_prefill_stage::Config</*page_size*/ {}, /*scale_block*/ {}>;\n"
       "static_assert(mj::sparse_prefill_stage::kThreads == {}, \"host plan and device block size disagree\");\n"
@@ -81,7 +81,7 @@ std::string stage_part(const SparsePrefillParams& p) {
       "  mj::sparse_prefill_stage::clear_flags(args);\n"
       "}}\n"
       "extern \"C\" __global__ void __launch_bounds__({}) {}(const SparsePrefillStageArgs args) {{\n"
-      "  mj::sparse_prefill_stage::mark_rows(args);\n"
+      "  mj::sparse_prefill_stage::mark_pages<SparsePrefillStage>(args);\n"
       "}}\n"
       "extern \"C\" __global__ void __launch_bounds__({}) {}(const SparsePrefillStageArgs args) {{\n"
       "  mj::sparse_prefill_stage::convert_rows<SparsePrefillStage>(args);\n"

@@ -30,8 +30,8 @@ SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, c
 
 // kv_staging bf16 (templates/sparse_prefill/stage_bf16.cuh). How the staging picks the rows it
 // converts: all = every row of the read layer (num_blocks * page_size rows); marked = only the rows
-// some valid slot selects (clear the flags, mark, convert the flagged rows); automatic =
-// stage_marks_rows().
+// of the pages (blocks) some valid slot selects a row of (clear the page flags, mark, convert the
+// flagged pages); automatic = stage_marks_rows().
 enum class StageRows { automatic, all, marked };
 const char* stage_rows_name(StageRows r);
 StageRows parse_stage_rows(std::string_view name, const std::string& field);

@@ -195,7 +195,7 @@ SparsePrefillStageArgs make_stage_args(const SparsePrefillParams& p, const ops::
   if (have < need)
     throw_invalid("workspace size (params.kv_staging bf16)", fmt::format("{} bytes", have),
                   fmt::format("at least sparse_prefill_workspace_bytes(params, num_blocks={}) = {} bytes (a bf16 copy "
-                              "of the layer's {} rows and a flag byte per row)",
+                              "of the layer's {} rows and a flag byte per page)",
                               num_blocks, need, num_blocks * p.page_size));
   expect_contiguous(workspace, "workspace");
   expect_nonnull(workspace, "workspace");
@@ -206,7 +206,8 @@ SparsePrefillStageArgs make_stage_args(const SparsePrefillParams& p, const ops::
   sa.kv_blocks = args.kv_blocks;
   sa.kv_scales = args.kv_scales;
   sa.rows = workspace.data;
-  sa.row_flags = static_cast<unsigned char*>(workspace.data) + static_cast<size_t>(num_rows) * 1152;
+  sa.page_flags = static_cast<unsigned char*>(workspace.data) + static_cast<size_t>(num_rows) * 1152;
+  sa.num_blocks = num_blocks;
   sa.num_tokens = args.num_tokens;
   sa.indices_stride = args.indices_stride;
   sa.num_rows = num_rows;
@@ -236,11 +237,16 @@ void stage(const Kernel& kernel, const SparsePrefillStageArgs& sa, StageRows row
   };
   SparsePrefillStageArgs a = sa;
   if (mark) {
-    const int64_t words = (sa.num_rows + 15) / 16;
+    const int64_t words = (sa.num_blocks + 15) / 16;
     kernel.launch(kEntryStageClear, dims((words + kStageThreads - 1) / kStageThreads), stream, a);
-    kernel.launch(kEntryStageMark, dims(sa.num_tokens), stream, a);
+    // Few CTAs, each walking many tokens: the more tokens a CTA sees, the more of its slots its
+    // shared-memory page set absorbs (stage_bf16.cuh mark_pages).
+    LaunchDims md = dims(sa.num_tokens);
+    md.grid[0] = static_cast<unsigned>(
+        std::max<int64_t>(1, std::min<int64_t>(sa.num_tokens, 4 * static_cast<int64_t>(std::max(1, Runtime::global().sm_count())))));
+    kernel.launch(kEntryStageMark, md, stream, a);
   } else {
-    a.row_flags = nullptr;
+    a.page_flags = nullptr;
   }
   constexpr int64_t kRowsPerCta = kStageThreads / 36;  // stage_bf16.cuh kRowsPerCta
   kernel.launch(kEntryStageConvert, dims((sa.num_rows + kRowsPerCta - 1) / kRowsPerCta), stream, a);

@@ -93,7 +93,7 @@ SparsePrefillParams attention_params(const SparsePrefillParams& p) {
 size_t workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks) {
   if (p.kv_staging != KvStaging::bf16) return 0;
   const auto rows = static_cast<size_t>(num_blocks) * static_cast<size_t>(p.page_size);
-  return rows * 576 * 2 + (rows + 15) / 16 * 16;
+  return rows * 576 * 2 + (static_cast<size_t>(num_blocks) + 15) / 16 * 16;
 }
 
 Sm90Plan sm90_plan(const SparsePrefillParams& spec_params) {

@@ -35,7 +35,8 @@ SparsePrefillParams attention_params(const SparsePrefillParams& p);
 // could not be addressed; its staged copy is refused (such a pool would hold over 1.2 TB anyway).
 constexpr int64_t kMaxStagedRows = int64_t{1} << 31;
 // kv_staging bf16: the caller's workspace holds the bf16 copy (num_blocks * page_size rows of 576
-// elements, 1152 bytes each) and then one flag byte per row, rounded up to 16 bytes. 0 otherwise.
+// elements, 1152 bytes each) and then one flag byte per page (block), rounded up to 16 bytes. 0
+// otherwise.
 size_t workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks);
 
 // The portable kernel (templates/sparse_prefill/sm80.cuh): one CTA per (token, head tile).
