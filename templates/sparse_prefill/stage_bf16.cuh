@@ -47,8 +47,10 @@ MJ_DEVICE void clear_flags(const SparsePrefillStageArgs& a) {
     f[i] = make_uint4(0u, 0u, 0u, 0u);
 }
 
-// Pools of up to this many blocks are deduplicated in shared memory by the marking CTAs.
-constexpr int kSmemPages = 32768;
+// Pools of up to this many blocks are deduplicated in shared memory by the marking CTAs: a 16 KB
+// bitmap, 2^17 pages (8M rows of 64-row pages).
+constexpr int kSmemPageWords = 4096;
+constexpr long long kSmemPages = 32LL * kSmemPageWords;
 
 // Flags every page (physical block) that holds a row a valid slot selects (SPEC §3 validity: slot
 // j < min(topk_lengths[t], indices_stride), int(e) >= 0, e < num_rows); slots past the length are
@@ -56,19 +58,18 @@ constexpr int kSmemPages = 32768;
 // sequences, and a prefill's selections stay inside its own sequences' pages.
 // Why pages and shared memory: a prefill selects each row 64-1000 times, and every slot checking a
 // global flag costs an L2 round trip on a 32-byte sector (0.14-0.24 ms per 8M slots on an H100,
-// notes 39). A CTA walks many tokens and records their pages in a shared byte array first, then
-// sets each page it saw in global memory once (read first, stored only if clear: stores from every
-// SM to one byte serialise in L2). Plain byte stores of the same value need no atomics. Pools
-// above kSmemPages blocks check the global flags per slot instead.
+// notes 39). A CTA walks many tokens and records their pages in a shared bitmap first (atomicOr:
+// plain byte stores of the same value would be correct too, but compute-sanitizer's racecheck
+// reports them), then sets each page it saw in global memory once (read first, stored only if
+// clear: stores from every SM to one byte serialise in L2; plain byte stores of the same value
+// need no atomics there). Pools above kSmemPages blocks check the global flags per slot instead.
 template <class C>
 MJ_DEVICE void mark_pages(const SparsePrefillStageArgs& a) {
-  __shared__ alignas(16) u8 seen[kSmemPages];
+  __shared__ u32 seen[kSmemPageWords];
   const bool local = a.num_blocks <= kSmemPages;
-  const int words = static_cast<int>((a.num_blocks + 15) / 16);
-  if (local) {
-    for (int i = threadIdx.x; i < words; i += blockDim.x) reinterpret_cast<uint4*>(seen)[i] = make_uint4(0u, 0u, 0u, 0u);
-    __syncthreads();
-  }
+  const int words = static_cast<int>(local ? (a.num_blocks + 31) / 32 : 0);
+  for (int i = threadIdx.x; i < words; i += blockDim.x) seen[i] = 0u;
+  __syncthreads();
   for (i64 t = blockIdx.x; t < a.num_tokens; t += gridDim.x) {
     const u32 len = __ldg(a.topk_lengths + t);
     const i64 n = len < static_cast<u64>(a.indices_stride) ? static_cast<i64>(len) : a.indices_stride;
@@ -78,19 +79,18 @@ MJ_DEVICE void mark_pages(const SparsePrefillStageArgs& a) {
       if (static_cast<i32>(e) < 0 || static_cast<i64>(e) >= a.num_rows) continue;
       const u32 page = e / C::kPageSize;
       if (local) {
-        if (!seen[page]) seen[page] = 1;
+        atomicOr(&seen[page >> 5], 1u << (page & 31));
       } else if (!__ldcg(a.page_flags + page)) {
         a.page_flags[page] = 1;
       }
     }
   }
-  if (!local) return;
   __syncthreads();
   for (int i = threadIdx.x; i < words; i += blockDim.x) {
-    const uint4 v = reinterpret_cast<const uint4*>(seen)[i];
-    if (!(v.x | v.y | v.z | v.w)) continue;
-    for (int b = 0; b < 16; ++b)
-      if (seen[16 * i + b] && !__ldcg(a.page_flags + 16 * i + b)) a.page_flags[16 * i + b] = 1;
+    for (u32 v = seen[i]; v; v &= v - 1) {
+      const i64 page = 32LL * i + (__ffs(static_cast<int>(v)) - 1);
+      if (!__ldcg(a.page_flags + page)) a.page_flags[page] = 1;
+    }
   }
 }
 

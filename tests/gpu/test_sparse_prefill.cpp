@@ -435,11 +435,11 @@ TEST_SUITE("sparse_prefill") {
         ue8m0_case("staged fp8 sbs64 ue8m0 h128 s20 topk2048 b64 p64 sink", 128, 20, 2048, 64, 64, 64, true),
         wide_ue8m0_case("staged fp8 sbs192 ue8m0 h128 s6 topk512 b128 p64 groups 2^-2..2^17", 128, 6, 512, 128, 64, 192,
                         true, -2, 17),
-        // 35000 two-row pages: more than the marking's shared-memory page set (32768), so the
+        // 140000 one-row pages: more than the marking's shared-memory page set (2^17), so the
         // marked mode checks the global page flags per slot.
         [] {
-          Case c{"staged fp8 sbs576 h64 s7 topk256 b64 p2, 35000 pages", DType::fp8_e4m3, 64, 7, 256, 64, 2, 576, true};
-          c.kv_tokens = 70000;
+          Case c{"staged fp8 sbs576 h64 s7 topk256 b64 p1, 140000 pages", DType::fp8_e4m3, 64, 7, 256, 64, 1, 576, true};
+          c.kv_tokens = 140000;
           return c;
         }(),
     };

@@ -36,7 +36,7 @@ enum class StageRows { automatic, all, marked };
 const char* stage_rows_name(StageRows r);
 StageRows parse_stage_rows(std::string_view name, const std::string& field);
 // The automatic choice, by a byte model measured on an H100 (op.cpp): converting moves ~1.8 KB per
-// row; marking costs ~48 bytes per slot plus the conversion of the rows it marks. Marks where
+// row; marking costs ~16 bytes per slot plus the conversion of the pages it marks. Marks where
 // converting every row would cost more than twice the marking: a large pool read by a short
 // prefill. The benchmark's shapes (4096 x 2048 slots, s_kv up to 128K) convert every row.
 bool stage_marks_rows(int64_t num_rows, int64_t num_tokens, int64_t indices_stride);

@@ -170,13 +170,14 @@ StageRows parse_stage_rows(std::string_view name, const std::string& field) {
 }
 
 bool stage_marks_rows(int64_t num_rows, int64_t num_tokens, int64_t indices_stride) {
-  // Costs in bytes of DRAM / L2 traffic at copy bandwidth (H100, notes 39): converting a row moves
-  // 1808 bytes (576 + scales in, 1152 out); marking costs ~kMarkBytesPerSlot per slot (the index,
-  // and a 32-byte L2 sector for the flag check), plus the conversion of the marked rows, which is
-  // unknown here (at most every row). Marking is chosen where converting every row would cost more
-  // than twice the marking itself, i.e. where it pays as soon as at most half the rows are selected.
+  // Costs in bytes at copy bandwidth (H100, notes 39): converting a row moves 1808 bytes (576 +
+  // scales in, 1152 out); marking costs ~kMarkBytesPerSlot per slot (measured 6-8 ps per slot with
+  // 64-row pages: the index load and a shared-memory atomic; each CTA then sets its pages' global
+  // flags once), plus the conversion of the marked pages, which is unknown here (at most every
+  // row). Marking is chosen where converting every row would cost more than twice the marking
+  // itself, i.e. where it pays as soon as at most half the rows are selected.
   // Compared in double: the products may pass 2^63.
-  constexpr double kConvertBytesPerRow = 1808.0, kMarkBytesPerSlot = 48.0;
+  constexpr double kConvertBytesPerRow = 1808.0, kMarkBytesPerSlot = 16.0;
   return static_cast<double>(num_rows) * kConvertBytesPerRow >
          2.0 * kMarkBytesPerSlot * static_cast<double>(num_tokens) * static_cast<double>(indices_stride);
 }
