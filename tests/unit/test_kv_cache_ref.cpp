@@ -15,6 +15,7 @@
 #include "mlajit/ops.hpp"
 #include "reference/kv_cache_ref.hpp"
 #include "reference/test_data.hpp"
+#include "invalid_message.hpp"
 
 using namespace mlajit;
 namespace td = mlajit::testdata;
@@ -47,18 +48,6 @@ uint8_t e4m3_nearest(float x) {
     }
   }
   return static_cast<uint8_t>(sign | best);
-}
-
-// The message of the Error `f` throws (InvalidArgument), or "" when it throws nothing.
-template <typename F>
-std::string invalid_message(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::InvalidArgument);
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

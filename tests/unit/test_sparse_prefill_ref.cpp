@@ -14,6 +14,7 @@
 #include "reference/sparse_prefill_ref.hpp"
 #include "ops/sparse_prefill/launch.hpp"
 #include "ops/sparse_prefill/plan.hpp"
+#include "invalid_message.hpp"
 
 using namespace mlajit;
 
@@ -50,16 +51,6 @@ double score(const ref::SparsePrefillProblem& pb, int h, const std::vector<doubl
   double dot = 0;
   for (int d = 0; d < 576; ++d) dot += ref::bf16_to_float(pb.q[static_cast<size_t>(h) * 576 + d]) * k[d];
   return pb.softmax_scale * dot;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::InvalidArgument);
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
@@ -237,7 +228,7 @@ TEST_CASE("sparse_prefill op: argument validation names the argument (no GPU nee
     int layer = 1;
     float scale = 0.05f;
     mutate(pp, q2, kv2, idx2, len2, sink2, out2, lse2, layer, scale);
-    return error_of([&] { ops::sparse_prefill(pp, q2, kv2, idx2, len2, layer, scale, sink2, out2, lse2); });
+    return invalid_message([&] { ops::sparse_prefill(pp, q2, kv2, idx2, len2, layer, scale, sink2, out2, lse2); });
   };
   using V = TensorView;
   using K = ops::PagedCacheView;
@@ -438,7 +429,7 @@ TEST_CASE("sparse_prefill qk_math fp8 codegen: the Hopper FP8-math kernel only, 
         CHECK(s90.code == a.code);
         CHECK(s90.nvrtc_options == a.nvrtc_options);
         CHECK(s90.min_arch == "sm_90a");
-        const std::string e = error_of([&] { generate_sparse_prefill_mode(spec, sparse_prefill::Path::sm80); });
+        const std::string e = invalid_message([&] { generate_sparse_prefill_mode(spec, sparse_prefill::Path::sm80); });
         CHECK_MESSAGE(e.find("sparse_prefill path sm80") != std::string::npos, e);
         CHECK_MESSAGE(e.find("qk_math bf16 (qk_math fp8 runs on the Hopper kernel only") != std::string::npos, e);
       }
@@ -473,11 +464,11 @@ TEST_CASE("sparse_prefill qk_math fp8 path choice: sm_90a only, with errors nami
       CAPTURE(arch);
       CHECK_FALSE(sparse_prefill::path_available(p, arch, Path::automatic));
       CHECK_FALSE(sparse_prefill::path_available(p, arch, Path::sm90));
-      const std::string e = error_of([&] { sparse_prefill::resolve_path(p, arch, Path::automatic); });
+      const std::string e = invalid_message([&] { sparse_prefill::resolve_path(p, arch, Path::automatic); });
       CHECK_MESSAGE(e.find(fmt::format("sparse_prefill with qk_math fp8: device arch: got {}, expected sm_90a", arch)) == 0,
                     e);
     }
-    const std::string e80 = error_of([&] { sparse_prefill::resolve_path(p, "sm_90a", Path::sm80); });
+    const std::string e80 = invalid_message([&] { sparse_prefill::resolve_path(p, "sm_90a", Path::sm80); });
     CHECK_MESSAGE(e80.find("sparse_prefill path sm80: params.qk_math: got fp8, expected bf16") == 0, e80);
   }
   // 16-bit math on the same caches is unchanged: the portable kernel stays available everywhere.
@@ -500,7 +491,7 @@ TEST_CASE("sparse_prefill qk_math fp8: a negative softmax scale is refused befor
   const TensorView q(ptr, DType::bf16, {T, 64, 576}), idx(ptr, DType::u32, {T, S}), len(ptr, DType::u32, {T});
   const TensorView out(ptr, DType::bf16, {T, 64, 512}), lse(ptr, DType::f32, {T, 64});
   CHECK_NOTHROW(sparse_prefill::make_args(p, q, kv, idx, len, 1, 0.f, TensorView(), out, lse));
-  const std::string e = error_of([&] { sparse_prefill::make_args(p, q, kv, idx, len, 1, -0.05f, TensorView(), out, lse); });
+  const std::string e = invalid_message([&] { sparse_prefill::make_args(p, q, kv, idx, len, 1, -0.05f, TensorView(), out, lse); });
   CHECK_MESSAGE(e.find("softmax_scale: got -0.05, expected >= 0 with qk_math fp8") == 0, e);
   SparsePrefillParams bf16_math = p;
   bf16_math.qk_math = QkMath::bf16;
@@ -589,7 +580,7 @@ TEST_CASE("sparse_prefill launch grid: the persistent bf16 Hopper kernel takes a
   // A grid size for a kernel that does not walk items, or a negative one: errors naming grid_ctas.
   for (const auto& [p, path, grid] : {std::tuple{fp8, Path::sm90, int64_t{37}}, std::tuple{bf16, Path::sm80, int64_t{37}},
                                       std::tuple{bf16, Path::sm90, int64_t{-37}}}) {
-    const std::string e = error_of([&] { sparse_prefill::launch_ctas(p, path, 10, grid); });
+    const std::string e = invalid_message([&] { sparse_prefill::launch_ctas(p, path, 10, grid); });
     CHECK_MESSAGE(e.find("grid_ctas") != std::string::npos, e);
     CHECK_MESSAGE(e.find(std::to_string(grid)) != std::string::npos, e);
     CHECK_MESSAGE(e.find(grid > 0 ? "persistent" : ">= 0") != std::string::npos, e);

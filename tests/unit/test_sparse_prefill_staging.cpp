@@ -17,20 +17,11 @@
 #include "ops/sparse_prefill/launch.hpp"
 #include "ops/sparse_prefill/plan.hpp"
 #include "reference/sparse_prefill_ref.hpp"
+#include "invalid_message.hpp"
 
 using namespace mlajit;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::InvalidArgument);
-    return e.what();
-  }
-  return "";
-}
 
 SparsePrefillParams staged(int sbs = 576) {
   SparsePrefillParams p;
@@ -55,15 +46,15 @@ TEST_CASE("sparse_prefill kv_staging: params, JSON and kernel name") {
   SparsePrefillParams bf16_cache = p;
   bf16_cache.kv_dtype = DType::bf16;
   bf16_cache.scale_block_size = 0;
-  std::string e = error_of([&] { bf16_cache.validate(); });
+  std::string e = invalid_message([&] { bf16_cache.validate(); });
   CHECK(e.find("params.kv_staging") != std::string::npos);
   CHECK(e.find("kv_dtype bf16") != std::string::npos);
   SparsePrefillParams fp8_math = p;
   fp8_math.qk_math = QkMath::fp8;
-  e = error_of([&] { fp8_math.validate(); });
+  e = invalid_message([&] { fp8_math.validate(); });
   CHECK(e.find("params.kv_staging") != std::string::npos);
   CHECK(e.find("qk_math fp8") != std::string::npos);
-  e = error_of([&] {
+  e = invalid_message([&] {
     kernel_spec_from_json(nlohmann::json::parse(R"({"op": "sparse_prefill", "params": {"kv_dtype": "fp8_e4m3",
         "kv_staging": "fp16"}})"), "k");
   });
@@ -127,10 +118,10 @@ TEST_CASE("sparse_prefill kv_staging: the workspace contract (no GPU needed)") {
   SparsePrefillParams none = p;
   none.kv_staging = KvStaging::none;
   CHECK(ops::sparse_prefill_workspace_bytes(none, NB) == 0);
-  CHECK(error_of([&] { ops::sparse_prefill_workspace_bytes(p, 0); }).find("num_blocks") != std::string::npos);
+  CHECK(invalid_message([&] { ops::sparse_prefill_workspace_bytes(p, 0); }).find("num_blocks") != std::string::npos);
   // More rows than an int32 encoded index reaches: refused, never a wrapped size.
   CHECK(ops::sparse_prefill_workspace_bytes(p, (int64_t{1} << 31) / 64) > 0);
-  const std::string big = error_of([&] { ops::sparse_prefill_workspace_bytes(p, (int64_t{1} << 31) / 64 + 1); });
+  const std::string big = invalid_message([&] { ops::sparse_prefill_workspace_bytes(p, (int64_t{1} << 31) / 64 + 1); });
   CHECK(big.find("num_blocks") != std::string::npos);
   CHECK(big.find("2^31 / page_size = 33554432") != std::string::npos);
 
@@ -167,7 +158,7 @@ TEST_CASE("sparse_prefill kv_staging: the workspace contract (no GPU needed)") {
 
   // Errors name the workspace, its size and the size needed; nothing is launched (no GPU here).
   auto staged_error = [&](const TensorView& ws) {
-    return error_of([&] { ops::sparse_prefill(p, q, kv, idx, len, 1, 0.05f, TensorView(), out, lse, ws); });
+    return invalid_message([&] { ops::sparse_prefill(p, q, kv, idx, len, 1, 0.05f, TensorView(), out, lse, ws); });
   };
   std::string e = staged_error(ws_of(need - 16));
   CHECK(e.find("workspace size") != std::string::npos);
@@ -177,7 +168,7 @@ TEST_CASE("sparse_prefill kv_staging: the workspace contract (no GPU needed)") {
   CHECK(e.find("workspace size") != std::string::npos);
   CHECK(e.find("got 0 bytes") != std::string::npos);
   // The overload without a workspace is the same as an empty one.
-  e = error_of([&] { ops::sparse_prefill(p, q, kv, idx, len, 1, 0.05f, TensorView(), out, lse); });
+  e = invalid_message([&] { ops::sparse_prefill(p, q, kv, idx, len, 1, 0.05f, TensorView(), out, lse); });
   CHECK(e.find("workspace size") != std::string::npos);
   e = staged_error(ws_of(need + 16, 4));
   CHECK(e.find("workspace address") != std::string::npos);
@@ -202,7 +193,7 @@ TEST_CASE("sparse_prefill kv_staging: every row or only the marked ones, by the 
   CHECK(stage_marks_rows(int64_t{1} << 40, 1, 64));
   CHECK_FALSE(stage_marks_rows(1, int64_t{1} << 40, int64_t{1} << 30));
   CHECK(sparse_prefill::parse_stage_rows("marked", "f") == sparse_prefill::StageRows::marked);
-  const std::string e = error_of([] { sparse_prefill::parse_stage_rows("some", "stage_rows"); });
+  const std::string e = invalid_message([] { sparse_prefill::parse_stage_rows("some", "stage_rows"); });
   CHECK(e.find("stage_rows") != std::string::npos);
   CHECK(e.find("auto | all | marked") != std::string::npos);
 }
