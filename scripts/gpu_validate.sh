@@ -27,7 +27,8 @@ timeout 120 "$B/mlajit" build examples/deepseek_v32.json --cache-dir cache
 timeout 120 "$B/mlajit" check examples/deepseek_v32.json --cache-dir cache --require-gpu 2>&1 | tee "$OUT/check.log"
 
 step "GPU test suite"
-timeout 300 "$B/mlajit_gpu_tests" > "$OUT/gpu_tests.log" 2>&1; echo "gpu tests exit $?"
+# 600 s: the sparse_prefill suite alone takes ~280 s cold since the staged fp8 cases (notes 39)
+timeout 600 "$B/mlajit_gpu_tests" > "$OUT/gpu_tests.log" 2>&1; echo "gpu tests exit $?"
 grep -E "ERROR|FAILED|test cases|assertions|MESSAGE: (launch|disk|cold|remote|memory hit)" "$OUT/gpu_tests.log" | head -40
 
 step "Python package on the GPU (torch custom ops, torch.compile, CUDA graphs, bit-exactness vs the C API)"
