@@ -6,8 +6,8 @@
 // (docs/notes/sparse_prefill_sm90.md 16-20): 0.56-0.73x of FlashMLA's bf16 kernel. A prefill's
 // tokens select their keys out of the same few sequences, so each row is selected many times
 // (64-1000 for 4096 tokens x top-2048 over 8K-128K keys); decoding it once per launch into a bf16
-// copy costs one pass over the referenced rows
-// (read 576 B + scales, write 1152 B each) and lets the bf16 kernel run at its own speed.
+// copy costs one pass over the referenced rows (read 576 B + scales, write 1152 B each) and lets
+// the bf16 kernel run at its own speed.
 //
 // The copy is indexed by the encoded index itself (SPEC §1: e = block * page_size + offset, one
 // layer), so the attention kernel reads it with the caller's indices unchanged: a one-layer bf16
