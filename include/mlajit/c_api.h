@@ -149,8 +149,9 @@ mlajit_status mlajit_sparse_prefill(mlajit_op op, const mlajit_tensor* q, const 
 /* params.kv_staging "bf16": the op converts the fp8 rows its indices select into a bf16 copy in
  * `workspace` (device memory, 16-byte aligned, at least mlajit_sparse_prefill_workspace_bytes bytes
  * for the cache's num_blocks = kv->blocks dim 0) and runs the bf16 kernel on it. Otherwise the
- * workspace is not used (NULL is fine) and the size is 0. mlajit_sparse_prefill is this with a NULL
- * workspace. */
+ * workspace is not used (NULL is fine) and the size is 0. mlajit_sparse_prefill is this without a
+ * workspace: it refuses a kv_staging "bf16" op with MLAJIT_ERROR_INVALID_ARGUMENT naming
+ * mlajit_sparse_prefill_ws. */
 mlajit_status mlajit_sparse_prefill_workspace_bytes(mlajit_op op, int64_t num_blocks, size_t* bytes);
 mlajit_status mlajit_sparse_prefill_ws(mlajit_op op, const mlajit_tensor* q, const mlajit_paged_cache* kv,
                                        const mlajit_tensor* indices, const mlajit_tensor* topk_lengths, int layer_idx,
