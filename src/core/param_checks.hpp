@@ -18,7 +18,6 @@ const char* emit_name(IndexEmit e);
 // "bf16" | "fp8" (the JSON spelling); anything else is an Error naming `field` and the choices.
 QkMath parse_qk_math(const std::string& name, const std::string& field);
 KvStaging parse_kv_staging(const std::string& name, const std::string& field);
-const char* kv_staging_name(KvStaging s);
 ScaleFmt parse_scale_fmt(const std::string& name, const std::string& field);
 
 // A default-constructed params struct of `op` (the variant alternative of index `op`).

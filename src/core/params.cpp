@@ -161,7 +161,6 @@ QkMath parse_qk_math(const std::string& name, const std::string& field) { return
 KvStaging parse_kv_staging(const std::string& name, const std::string& field) {
   return parse_enum<KvStaging>(name, field);
 }
-const char* kv_staging_name(KvStaging s) { return enum_name(s); }
 ScaleFmt parse_scale_fmt(const std::string& name, const std::string& field) { return parse_enum<ScaleFmt>(name, field); }
 
 // ---- validation ---------------------------------------------------------------------------------

@@ -177,9 +177,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   const SparsePrefillStageArgs stage_args = sparse_prefill::make_stage_args(
       p, kv, TensorView(workspace.get(), DType::u32, {static_cast<int64_t>(ws_bytes / 4)}), args);
   const bool staged = p.kv_staging == KvStaging::bf16;
-  const bool marks = stage_rows == sparse_prefill::StageRows::marked ||
-                     (stage_rows == sparse_prefill::StageRows::automatic &&
-                      sparse_prefill::stage_marks_rows(stage_args.num_rows, T, stride));
+  const bool marks = sparse_prefill::stage_marks(stage_args, stage_rows);
   auto kernel = sparse_prefill::kernel_for(p, path);  // compile / load outside the timed region
 
   // The anchor's inputs: the same q, the same key rows (position pos of the sequence = physical

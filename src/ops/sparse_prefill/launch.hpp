@@ -40,6 +40,8 @@ StageRows parse_stage_rows(std::string_view name, const std::string& field);
 // converting every row would cost more than twice the marking: a large pool read by a short
 // prefill. The benchmark's shapes (4096 x 2048 slots, s_kv up to 128K) convert every row.
 bool stage_marks_rows(int64_t num_rows, int64_t num_tokens, int64_t indices_stride);
+// Whether stage() marks for `sa` under `rows` (marked, or automatic and stage_marks_rows).
+bool stage_marks(const SparsePrefillStageArgs& sa, StageRows rows);
 
 // kv_staging bf16: checks `workspace` (16-byte aligned, at least workspace_bytes(p, num_blocks)
 // bytes; errors name it, its size and the size needed) and returns the staging kernels' arguments

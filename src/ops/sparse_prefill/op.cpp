@@ -182,16 +182,17 @@ bool stage_marks_rows(int64_t num_rows, int64_t num_tokens, int64_t indices_stri
          2.0 * kMarkBytesPerSlot * static_cast<double>(num_tokens) * static_cast<double>(indices_stride);
 }
 
+bool stage_marks(const SparsePrefillStageArgs& sa, StageRows rows) {
+  return rows == StageRows::marked ||
+         (rows == StageRows::automatic && stage_marks_rows(sa.num_rows, sa.num_tokens, sa.indices_stride));
+}
+
 SparsePrefillStageArgs make_stage_args(const SparsePrefillParams& p, const ops::PagedCacheView& kv,
                                        const TensorView& workspace, SparsePrefillArgs& args) {
   SparsePrefillStageArgs sa{};
   if (p.kv_staging != KvStaging::bf16) return sa;
   const int64_t num_blocks = kv.blocks.shape[0];  // make_args checked the view
-  MLAJIT_EXPECT(num_blocks <= kMaxStagedRows / p.page_size, "kv.blocks dim 0 (num_blocks)", num_blocks,
-                fmt::format("at most 2^31 / page_size = {} with params.kv_staging bf16 (the staged copy is indexed "
-                            "by the int32 encoded index)",
-                            kMaxStagedRows / p.page_size));
-  const size_t need = workspace_bytes(p, num_blocks);
+  const size_t need = workspace_bytes(p, num_blocks, "kv.blocks dim 0 (num_blocks)");
   const size_t have = workspace.empty() ? 0 : static_cast<size_t>(workspace.numel()) * dtype_size(workspace.dtype);
   if (have < need)
     throw_invalid("workspace size (params.kv_staging bf16)", fmt::format("{} bytes", have),
@@ -226,8 +227,7 @@ SparsePrefillStageArgs make_stage_args(const SparsePrefillParams& p, const ops::
 
 void stage(const Kernel& kernel, const SparsePrefillStageArgs& sa, StageRows rows, Stream stream) {
   if (sa.num_tokens == 0 || sa.num_rows == 0) return;
-  const bool mark = rows == StageRows::marked ||
-                    (rows == StageRows::automatic && stage_marks_rows(sa.num_rows, sa.num_tokens, sa.indices_stride));
+  const bool mark = stage_marks(sa, rows);
   // Grid-stride kernels: enough CTAs to fill the GPU several times over, never more than the work.
   const int64_t cap = 16 * static_cast<int64_t>(std::max(1, Runtime::global().sm_count()));
   auto dims = [&](int64_t ctas) {
@@ -397,12 +397,7 @@ namespace ops {
 size_t sparse_prefill_workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks) {
   p.validate();
   MLAJIT_EXPECT(num_blocks >= 1, "num_blocks", num_blocks, "at least 1 (kv.blocks dim 0)");
-  if (p.kv_staging == KvStaging::bf16)
-    MLAJIT_EXPECT(num_blocks <= sparse_prefill::kMaxStagedRows / p.page_size, "num_blocks", num_blocks,
-                  fmt::format("at most 2^31 / page_size = {} with params.kv_staging bf16 (the staged copy is "
-                              "indexed by the int32 encoded index)",
-                              sparse_prefill::kMaxStagedRows / p.page_size));
-  return sparse_prefill::workspace_bytes(p, num_blocks);
+  return sparse_prefill::workspace_bytes(p, num_blocks, "num_blocks");
 }
 
 void sparse_prefill(const SparsePrefillParams& requested, const TensorView& q, const PagedCacheView& kv,

@@ -90,8 +90,12 @@ SparsePrefillParams attention_params(const SparsePrefillParams& p) {
   return a;
 }
 
-size_t workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks) {
+size_t workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks, const char* field) {
   if (p.kv_staging != KvStaging::bf16) return 0;
+  MLAJIT_EXPECT(num_blocks <= kMaxStagedRows / p.page_size, field, num_blocks,
+                fmt::format("at most 2^31 / page_size = {} with params.kv_staging bf16 (the staged copy is indexed "
+                            "by the int32 encoded index)",
+                            kMaxStagedRows / p.page_size));
   const auto rows = static_cast<size_t>(num_blocks) * static_cast<size_t>(p.page_size);
   return rows * 576 * 2 + (static_cast<size_t>(num_blocks) + 15) / 16 * 16;
 }

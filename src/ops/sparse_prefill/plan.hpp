@@ -37,7 +37,8 @@ constexpr int64_t kMaxStagedRows = int64_t{1} << 31;
 // kv_staging bf16: the caller's workspace holds the bf16 copy (num_blocks * page_size rows of 576
 // elements, 1152 bytes each) and then one flag byte per page (block), rounded up to 16 bytes. 0
 // otherwise.
-size_t workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks);
+// A pool beyond kMaxStagedRows is an Error naming `field`.
+size_t workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks, const char* field = "num_blocks");
 
 // The portable kernel (templates/sparse_prefill/sm80.cuh): one CTA per (token, head tile).
 struct Sm80Plan {
