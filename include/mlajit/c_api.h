@@ -146,12 +146,14 @@ mlajit_status mlajit_sparse_prefill(mlajit_op op, const mlajit_tensor* q, const 
                                     const mlajit_tensor* indices, const mlajit_tensor* topk_lengths, int layer_idx,
                                     float softmax_scale, const mlajit_tensor* attn_sink, const mlajit_tensor* out,
                                     const mlajit_tensor* lse, void* stream);
-/* params.kv_staging "bf16": the op converts the fp8 rows its indices select into a bf16 copy in
- * `workspace` (device memory, 16-byte aligned, at least mlajit_sparse_prefill_workspace_bytes bytes
- * for the cache's num_blocks = kv->blocks dim 0) and runs the bf16 kernel on it. Otherwise the
- * workspace is not used (NULL is fine) and the size is 0. mlajit_sparse_prefill is this without a
- * workspace: it refuses a kv_staging "bf16" op with MLAJIT_ERROR_INVALID_ARGUMENT naming
- * mlajit_sparse_prefill_ws. */
+/* `workspace`: device memory, 16-byte aligned, of mlajit_sparse_prefill_workspace_bytes bytes for
+ * the cache's num_blocks = kv->blocks dim 0 (ops.hpp sparse_prefill has the layout). params.kv_staging
+ * "bf16" requires it: the op converts the fp8 rows its indices select into a bf16 copy there and runs
+ * the bf16 kernel on it. The bf16 kernel on sm_90a (a bf16 cache or kv_staging "bf16") also splits
+ * its last round of items over the GPU in it, and runs unsplit with NULL or a workspace holding only
+ * the staged part. The size is 0 for the other ops (fp8 cache without staging, FP8 math).
+ * mlajit_sparse_prefill is this without a workspace: it refuses a kv_staging "bf16" op with
+ * MLAJIT_ERROR_INVALID_ARGUMENT naming mlajit_sparse_prefill_ws. */
 mlajit_status mlajit_sparse_prefill_workspace_bytes(mlajit_op op, int64_t num_blocks, size_t* bytes);
 mlajit_status mlajit_sparse_prefill_ws(mlajit_op op, const mlajit_tensor* q, const mlajit_paged_cache* kv,
                                        const mlajit_tensor* indices, const mlajit_tensor* topk_lengths, int layer_idx,

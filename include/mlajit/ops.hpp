@@ -53,10 +53,15 @@ void mla_indexer(const MlaIndexerParams& p, const TensorView& q, const TensorVie
 // SPEC §3 sparse_prefill. q bf16[T, H, 576]; kv: blocks (and fp8 scales) of the latent cache;
 // indices u32[T, indices_stride] encoded; topk_lengths u32[T]; attn_sink f32[H] iff p.attn_sink;
 // out bf16[T, H, 512]; lse f32[T, H] iff p.emit_lse.
-// p.kv_staging bf16 needs `workspace`: device scratch of at least sparse_prefill_workspace_bytes(p,
-// num_blocks) bytes (num_blocks = kv.blocks dim 0), 16-byte aligned; the selected fp8 rows are
-// converted into it once per launch and the bf16 kernel reads them there. Otherwise the workspace
-// is not used (the overload without it passes an empty view); sparse_prefill_workspace_bytes is 0.
+// `workspace`: device scratch of sparse_prefill_workspace_bytes(p, num_blocks) bytes (num_blocks =
+// kv.blocks dim 0), 16-byte aligned, or an empty view (the overload without it passes one):
+// - p.kv_staging bf16 requires its first part: the selected fp8 rows are converted into it once per
+//   launch and the bf16 kernel reads them there;
+// - the persistent Hopper kernel (a bf16 cache, or kv_staging bf16, on sm_90a) splits the last
+//   round of its items over the whole GPU where the workspace holds its partial slots (~33.7 MB;
+//   +1-1.5 % at 4096 tokens x 2 head tiles on 132 SMs, much more for batches of fewer items than
+//   SMs) and runs unsplit without them.
+// sparse_prefill_workspace_bytes is 0 for the other specs.
 size_t sparse_prefill_workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks);
 void sparse_prefill(const SparsePrefillParams& p, const TensorView& q, const PagedCacheView& kv,
                     const TensorView& indices, const TensorView& topk_lengths, int layer_idx, float softmax_scale,

@@ -78,9 +78,11 @@ def indexer_workspace(op, q, max_keys_per_seq):
 
 
 def prefill_workspace_bytes(spec, num_blocks):
-    """Bytes of scratch sparse_prefill needs on a latent cache of num_blocks blocks: nonzero only
-    with params kv_staging "bf16" (the selected fp8 rows are staged there as bf16 before the bf16
-    kernel runs; allocated per call when not given)."""
+    """Bytes of scratch sparse_prefill uses on a latent cache of num_blocks blocks (allocated per
+    call when not given): with params kv_staging "bf16" the staged bf16 copy of the selected fp8 rows
+    (required), and for the persistent Hopper kernel (a bf16 cache, or kv_staging "bf16") the
+    partial slots of its tail split (~33.7 MB; without them the kernel runs unsplit). 0 for the
+    other specs."""
     op = get_op(spec, "sparse_prefill")
     key = ("sparse_prefill", num_blocks)
     n = op.workspace_bytes.get(key)
@@ -95,9 +97,7 @@ def prefill_workspace_bytes(spec, num_blocks):
 
 
 def prefill_workspace(op, kv_blocks):
-    """sparse_prefill's scratch for a cache (torch), or None when the op needs none."""
-    if op.params.get("kv_staging", "none") == "none":
-        return None
+    """sparse_prefill's scratch for a cache (torch), or None when the op uses none."""
     n = prefill_workspace_bytes(op, kv_blocks.shape[0])
     return torch.empty((n + 15) // 16 * 4, dtype=torch.int32, device=kv_blocks.device) if n else None
 
@@ -186,9 +186,10 @@ def sparse_prefill(spec, q, kv_blocks, indices, topk_lengths, *, softmax_scale, 
     """Sparse MLA prefill (SPEC §3): returns (out bf16[T, H, 512], lse f32[T, H]; None without
     emit_lse, an empty tensor under torch.compile). indices: u32[T, stride] encoded indices, or the
     i32 output of mla_indexer with emit=physical (read as u32: the same bits, -1 = invalid).
-    workspace: with params kv_staging "bf16", device scratch of at least
-    prefill_workspace_bytes(spec, kv_blocks.shape[0]) bytes, 16-byte aligned (allocated per call
-    when not given; pass one to reuse it, e.g. across layers or in a CUDA graph); else unused.
+    workspace: device scratch of prefill_workspace_bytes(spec, kv_blocks.shape[0]) bytes, 16-byte
+    aligned (allocated per call when not given; pass one to reuse it, e.g. across layers or in a
+    CUDA graph). kv_staging "bf16" requires its staged part; the tail split of the bf16 kernel
+    uses the rest where present.
     Under torch.compile (the torch.ops.mlajit path) the custom op allocates its own per call and a
     given workspace is not used."""
     device = _eager_device(q)

@@ -1,6 +1,8 @@
 // mlajit bench OP [--shape k=v,k=v,...] [--reps R] [--json]: time an op on the GPU.
 #include <cstdio>
 
+#include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 
 #include "ops/kv_cache/bench.hpp"
@@ -36,6 +38,9 @@ ops and their shape keys (defaults in brackets; tokens / keys / topk mean what t
         Hopper kernel] sink [0] lse [1] path [auto|sm80|sm90] (also s_q = tokens, s_kv = keys)
       ctas [0 = automatic]: the persistent Hopper kernel's grid (bf16 cache; default one CTA per SM;
         a number >= tokens * heads / 64 gives one CTA per token x 64-head tile, as the fp8 kernels)
+      split_parts [0 = automatic]: the persistent kernel's tail split (its last round of items run in
+        parts over the whole GPU); 1 = off, N = at most N parts per item. When it splits, the same
+        launch without the split is timed in the same reps and printed beside it
       qk_math [bf16|fp8]: fp8 = the opt-in FP8-math kernel (Hopper only; needs kv_dtype=fp8_e4m3 and
         scale_block_size 0 or 576), e.g. --shape kv_dtype=fp8_e4m3,scale_block_size=576,qk_math=fp8
       kv_staging [none|bf16]: bf16 = stage the selected fp8 rows as bf16 in a workspace, then run the
@@ -78,6 +83,13 @@ void print_summary(const std::string& op, const nlohmann::json& r) {
     if (r.contains("stage"))
       std::printf("  of which staging (%s rows): %.3f ms median\n", r["stage"]["rows"].get<std::string>().c_str(),
                   r["stage"]["ms_median"].get<double>());
+    if (r.contains("unsplit")) {
+      const auto& u = r["unsplit"];
+      std::printf("  tail split: items from %lld in %d parts (%lld units); without it %.3f ms, %.1f TFLOP/s (split %.3fx%s)\n",
+                  r["split"]["first"].get<long long>(), r["split"]["parts"].get<int>(), r["split"]["units"].get<long long>(),
+                  u["ms_median"].get<double>(), u["tflops"].get<double>(), u["speedup"].get<double>(),
+                  u.contains("ratio") ? fmt::format("; unsplit / anchor {:.3f}x", u["ratio"].get<double>()).c_str() : "");
+    }
     if (r.contains("anchor")) {
       const auto& an = r["anchor"];
       std::printf("  anchor: %.3f ms median, %.1f TFLOP/s; mlajit / anchor speed %.3fx; out rel err %.2e, lse max diff %.2e\n",
@@ -178,6 +190,11 @@ int cmd_bench(const Argv& argv) {
     shape.take_int("page_size", a.page_size);
     shape.take_int("layers", a.layers);
     shape.take_int("ctas", a.ctas);
+    int64_t split_parts = 0;
+    shape.take_int("split_parts", split_parts);
+    MLAJIT_EXPECT(split_parts >= 0 && split_parts <= 256, "--shape split_parts", split_parts,
+                  "0 (automatic), 1 (no tail split) or a cap on the parts up to 256");
+    a.split_parts = static_cast<int>(split_parts);
     shape.take_int("scale_block_size", a.scale_block_size);
     if (auto f = shape.take("scale_fmt")) a.scale_fmt = parse_scale_fmt(*f, "--shape scale_fmt");
     shape.take_bool("sink", a.attn_sink);

@@ -287,7 +287,7 @@ CheckResult check_op(const SparsePrefillParams& p, uint64_t seed) {
                       p.attn_sink ? TensorView(sink.get(), DType::f32, {H}) : TensorView(),
                       TensorView(out.get(), DType::bf16, {T, H, 512}),
                       p.emit_lse ? TensorView(lse.get(), DType::f32, {T, H}) : TensorView(),
-                      staged ? TensorView(workspace.get(), DType::u32, {static_cast<int64_t>(ws_bytes / 4)}) : TensorView());
+                      ws_bytes ? TensorView(workspace.get(), DType::u32, {static_cast<int64_t>(ws_bytes / 4)}) : TensorView());
   driver::synchronize();
   CheckResult r;
   r.gpu_ms = t.ms();

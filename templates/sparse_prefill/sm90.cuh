@@ -12,7 +12,10 @@
 // Launch: grid  = (num_tokens * Cfg::kCtasPerToken, 1, 1) items
 //               (= num_tokens * NUM_HEADS / Cfg::kHeadsPerCta; token-major: the CTAs of one token
 //                are adjacent so they read its gathered rows from L2 together);
-//               Cfg::kPersistent (bf16): any grid up to that, the op launches min(items, SMs)
+//               Cfg::kPersistent (bf16): any grid up to that, the op launches min(items, SMs);
+//               with a tail split (args.split_parts > 1) the walk covers units instead, and
+//               mlajit_sparse_prefill_sm90_combine (combine<Cfg>, kCombineThreads) runs after it
+//               on grid (split items, kHeadsPerCta)
 //         block = (Cfg::kThreads = 384, 1, 1)
 //         dynamic shared memory = Cfg::kSmemBytes (232272 bytes, the persistent bf16 kernel 232296,
 //         FP8_MATH 189520: needs the opt-in CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES; the sm_90
@@ -92,7 +95,9 @@
 //   epilogue stores O from registers (8 bytes per lane, one shuffle per pair) because the query
 //   space may already hold the next item. Per item this hides the CTA launch, the topk length ->
 //   index -> first gather chain and the query load: 11.2K -> 8.2K cycles of fixed cost per item
-//   (notes 38).
+//   (notes 38). Tail split (args.split_parts > 1, given partial slots by the host): the items of
+//   the walk's last round run as parts (step ranges) on the CTAs that would otherwise idle, each
+//   part writing its raw f32 state to a slot; the combine entry merges them (unit_item, combine).
 // fp8 decode, unit / per-row scales and power-of-two groups of 192 (C::kF16): one
 // cvt.rn.f16x2.e4m3x2 per pair into f16 tiles (kF16Group: times the group's 2^(e_g - R)); the
 // consumers then run the f16 wgmma (same rate as bf16) with Q and P in f16 too.
@@ -424,8 +429,8 @@ MJ_DEVICE void load_q_async(const SparsePrefillArgs& a, const Smem& s, i64 token
 // parities continue from there); the item's query tile is loaded once its first indices are in
 // flight.
 template <class C>
-MJ_DEVICE void produce_bf16(const SparsePrefillArgs& a, const Smem& s, i64 token, int head0, int topk_len, int steps,
-                            u32 gs, u32 item, u64 policy, u64 q_policy) {
+MJ_DEVICE void produce_bf16(const SparsePrefillArgs& a, const Smem& s, i64 token, int head0, int topk_len, int step0,
+                            int steps, u32 gs, u32 item, u64 policy, u64 q_policy) {
   static_assert(C::kPersistent, "the bf16 producer serves the persistent kernel");
   const int t = static_cast<int>(threadIdx.x) - 256;
   const int g = t >> 3, c = t & 7;
@@ -441,7 +446,8 @@ MJ_DEVICE void produce_bf16(const SparsePrefillArgs& a, const Smem& s, i64 token
   const u32 stage_dst[2] = {opaque_u32(s.k[0] + lane_dst, t & 31), opaque_u32(s.k[1] + lane_dst, t & 31)};
 
   // The step's encoded indices are loaded one step ahead (their L2 / DRAM latency then overlaps the
-  // previous step's copies instead of stalling the first copy of each step).
+  // previous step's copies instead of stalling the first copy of each step). Steps are the item's
+  // (a tail-split part starts at step0).
   int next[2][4];
   auto load_step = [&](int step) {
 #pragma unroll
@@ -450,7 +456,7 @@ MJ_DEVICE void produce_bf16(const SparsePrefillArgs& a, const Smem& s, i64 token
       for (int k = 0; k < 4; ++k) next[b][k] = load_slot(token_indices, (2 * step + b) * kBlockKeys + g + 16 * k, topk_len);
     }
   };
-  load_step(0);
+  load_step(step0);
   load_q_async<C>(a, s, token, head0, item, q_policy);
   for (int step = 0; step < steps; ++step) {
     const u32 empty_parity = ((gs + static_cast<u32>(step)) & 1u) ^ 1u;
@@ -460,7 +466,7 @@ MJ_DEVICE void produce_bf16(const SparsePrefillArgs& a, const Smem& s, i64 token
 #pragma unroll
       for (int k = 0; k < 4; ++k) rows[b][k] = resolve_index<C>(a, next[b][k]);
     }
-    load_step(step + 1);  // past the last step every slot is >= topk_len: no load
+    load_step(step0 + step + 1);  // past the last step every slot is >= topk_len: no load
     auto publish_bias = [&](int b) {
       if (c == 0) {
 #pragma unroll
@@ -1109,40 +1115,73 @@ MJ_DEVICE void init_barriers(const Smem& s, u32 full_count, u32 empty_own, u32 e
 }
 
 // This CTA's item: one token x one head tile, its top-k length (clamped to the stride) and the
-// number of 128-key steps (two 64-key blocks each).
+// number of 128-key steps (two 64-key blocks each). Persistent kernel with a tail split: a part of
+// an item, steps [step0, step0 + steps) of it, whose result goes to partial slot `slot` (-1: the
+// whole item, written to out / lse).
 struct CtaWork {
   i64 token;
   int head0, topk_len, steps;
+  int step0, slot;
 };
-// Item `it` (token it / kCtasPerToken, head tile it % kCtasPerToken) given its topk_lengths value.
-// Item indices are 32-bit: the host keeps tokens * head tiles <= INT_MAX.
+// Tail split (persistent kernel; args.split_parts > 1). The walk goes over units: unit u <
+// split_first is item u, whole; the units after it are the parts of items split_first, ...:
+// unit split_first + k is part k % split_parts of item split_first + k / split_parts, and
+// writes partial slot k. Why: items = tokens x head tiles rarely divide by the grid (4096 tokens x
+// 2 tiles on 132 SMs: 62 rounds and 8 items left), so without a split the last round runs a few
+// whole items on a few SMs while the others idle, ~1/63 of the kernel. Split into parts, the
+// tail items spread over the whole grid; the combine entry merges the parts (notes 40).
 template <class C>
-MJ_DEVICE CtaWork item_work(const SparsePrefillArgs& args, int it, u32 len) {
+MJ_DEVICE int unit_item(const SparsePrefillArgs& a, int u) {
+  return a.split_parts > 1 && u >= a.split_first ? a.split_first + (u - a.split_first) / a.split_parts : u;
+}
+// Units of the walk (the host keeps this <= INT_MAX).
+template <class C>
+MJ_DEVICE int unit_count(const SparsePrefillArgs& a) {
+  const int items = static_cast<int>(a.num_tokens) * C::kCtasPerToken;
+  return a.split_parts > 1 ? a.split_first + (items - a.split_first) * a.split_parts : items;
+}
+// Unit `u` (item unit_item(u): token item / kCtasPerToken, head tile item % kCtasPerToken) given its
+// topk_lengths value. Item indices are 32-bit: the host keeps tokens * head tiles <= INT_MAX.
+template <class C>
+MJ_DEVICE CtaWork item_work(const SparsePrefillArgs& args, int u, u32 len) {
+  const int it = unit_item<C>(args, u);
   CtaWork w;
   w.token = it / C::kCtasPerToken;
   w.head0 = (it % C::kCtasPerToken) * C::kHeadsPerCta;
   w.topk_len = static_cast<int>(static_cast<long long>(len) < args.indices_stride ? static_cast<long long>(len)
                                                                                    : args.indices_stride);
   w.steps = (w.topk_len + 2 * kBlockKeys - 1) / (2 * kBlockKeys);
+  w.step0 = 0;
+  w.slot = -1;
+  if (args.split_parts > 1 && u >= args.split_first) {
+    const int k = u - args.split_first, part = k % args.split_parts;
+    const int first = static_cast<int>(static_cast<i64>(part) * w.steps / args.split_parts);
+    const int end = static_cast<int>(static_cast<i64>(part + 1) * w.steps / args.split_parts);
+    w.step0 = first;
+    w.steps = end - first;
+    w.slot = k;
+    // The part's slots end with its last step: the producer loads no index of the next part.
+    w.topk_len = min(w.topk_len, end * 2 * kBlockKeys);
+  }
   return w;
 }
-// topk_lengths of item `it` (the persistent roles load the next item's one item ahead).
+// topk_lengths of unit `u`'s item (the persistent roles load the next unit's one unit ahead).
 template <class C>
-MJ_DEVICE u32 item_len(const SparsePrefillArgs& args, int it) {
-  return __ldg(args.topk_lengths + it / C::kCtasPerToken);
+MJ_DEVICE u32 item_len(const SparsePrefillArgs& args, int u) {
+  return __ldg(args.topk_lengths + unit_item<C>(args, u) / C::kCtasPerToken);
 }
 // The producer's first index loads wait for topk_lengths[token] (SPEC §3: slots past the length are
 // never read), so at CTA start two DRAM round trips run back to back. Five lanes of the producer
 // hint the row's first 160 slots (the first step's 128) into L2 while the length is in flight: a
 // prefetch moves no value into the program, and the row is allocated up to its stride.
-// (The CTA's first item is blockIdx.x in both grids.)
+// (The CTA's first item: blockIdx.x, or with a tail split the item of unit blockIdx.x.)
 template <class C>
-MJ_DEVICE void hint_first_indices(const SparsePrefillArgs& args) {
+MJ_DEVICE void hint_first_indices(const SparsePrefillArgs& args, i64 first_token) {
   constexpr bool kIndexPrefetch = MJ_SP90_INDEX_PREFETCH == 1 || (MJ_SP90_INDEX_PREFETCH == -1 && !C::kFp8Math);
   if constexpr (kIndexPrefetch) {
     const u32 pt = threadIdx.x - 256u;
     if (pt < 5u && static_cast<i64>(32 * pt) < args.indices_stride) {
-      const u32* row = args.indices + (static_cast<i64>(blockIdx.x) / C::kCtasPerToken) * args.indices_stride;
+      const u32* row = args.indices + first_token * args.indices_stride;
       asm volatile("prefetch.global.L2 [%0];" ::"l"(row + 32 * pt));
     }
   }
@@ -1150,7 +1189,7 @@ MJ_DEVICE void hint_first_indices(const SparsePrefillArgs& args) {
 // One CTA per item (the fp8 kernels): this CTA's item.
 template <class C>
 MJ_DEVICE CtaWork cta_work(const SparsePrefillArgs& args) {
-  hint_first_indices<C>(args);
+  hint_first_indices<C>(args, static_cast<i64>(blockIdx.x) / C::kCtasPerToken);
   CtaWork w;
   w.token = static_cast<i64>(blockIdx.x) / C::kCtasPerToken;
   w.head0 = static_cast<int>(blockIdx.x % C::kCtasPerToken) * C::kHeadsPerCta;
@@ -1403,6 +1442,91 @@ MJ_DEVICE float load_q(const SparsePrefillArgs& a, const Smem& s, i64 token, int
   return q_unscale;
 }
 
+// ---- tail split: partial slots and their combine ----------------------------------------------------
+// A slot: o f32 [64 rows][512] (the unnormalised accumulator, both warpgroups' columns), then (m, l)
+// f32 [64 rows][2]: the running max in the kernel's exp2 units (score x softmax scale x log2 e) and
+// the row sum of both warpgroups. A part without a valid slot writes l = 0 (m = kMaxInit).
+constexpr long long kPartialSlotFloats = 64LL * (kVDim + 2);
+template <class C>
+MJ_DEVICE void store_partial(const SparsePrefillArgs& a, const Lane& ln, int slot, const float (&o)[128], float m0,
+                             float m1, float L0, float L1) {
+  static_assert(C::kPersistent && !C::kFp8, "partials hold the bf16 kernel's unscaled accumulator");
+  float* base = a.partials + static_cast<i64>(slot) * kPartialSlotFloats;
+  // Accumulator layout: in 16-column group kk a lane holds columns 2 tig, 2 tig + 1 (A) and 8 + 2 tig,
+  // + 1 (B) of rows r0 (o[8 kk + 0, 1, 4, 5]) and r1 (o[8 kk + 2, 3, 6, 7]). Plain stores: the
+  // combine re-reads them from L2 right after the kernel.
+  const int col = 256 * ln.wg + 2 * ln.tig;
+  float* row0 = base + ln.r0 * kVDim + col;
+  float* row1 = base + ln.r1 * kVDim + col;
+  const bool valid0 = ln.r0 < C::kHeadsPerCta, valid1 = ln.r1 < C::kHeadsPerCta;
+#pragma unroll
+  for (int kk = 0; kk < 16; ++kk) {
+    if (valid0) {
+      *reinterpret_cast<float2*>(row0 + 16 * kk) = make_float2(o[8 * kk + 0], o[8 * kk + 1]);
+      *reinterpret_cast<float2*>(row0 + 16 * kk + 8) = make_float2(o[8 * kk + 4], o[8 * kk + 5]);
+    }
+    if (valid1) {
+      *reinterpret_cast<float2*>(row1 + 16 * kk) = make_float2(o[8 * kk + 2], o[8 * kk + 3]);
+      *reinterpret_cast<float2*>(row1 + 16 * kk + 8) = make_float2(o[8 * kk + 6], o[8 * kk + 7]);
+    }
+  }
+  if (ln.wg == 0 && ln.tig == 0) {
+    float* ml = base + 64 * kVDim;
+    if (valid0) *reinterpret_cast<float2*>(ml + 2 * ln.r0) = make_float2(m0, L0);
+    if (valid1) *reinterpret_cast<float2*>(ml + 2 * ln.r1) = make_float2(m1, L1);
+  }
+}
+
+// The combine entry (launched after the attention kernel when it split its tail): CTA (x, y) merges
+// the parts of split item split_first + x, head row y, 4 dims per thread (128 threads):
+//   M = max m_j over the parts with l_j > 0,  w_j = exp2(m_j - M),  L = sum_j w_j l_j,
+//   out = sum_j w_j o_j / (L + [sink] exp2(sink log2 e - M)),  lse = (M + log2 L) ln 2,
+// the epilogue's formulas (finish) with the whole item's max and sums; L = 0: out 0, lse +inf.
+constexpr int kCombineThreads = 128;
+template <class C>
+MJ_DEVICE void combine(const SparsePrefillArgs& a) {
+  const int x = static_cast<int>(blockIdx.x), r = static_cast<int>(blockIdx.y);
+  const int item = a.split_first + x, parts = a.split_parts;
+  const i64 token = item / C::kCtasPerToken;
+  const int head0 = (item % C::kCtasPerToken) * C::kHeadsPerCta;
+  const float* slots = a.partials + static_cast<i64>(x) * parts * kPartialSlotFloats;
+  const int d = 4 * static_cast<int>(threadIdx.x);
+  float M = kMaxInit;
+  for (int j = 0; j < parts; ++j) {
+    const float2 ml = __ldg(reinterpret_cast<const float2*>(slots + j * kPartialSlotFloats + 64 * kVDim + 2 * r));
+    if (ml.y > 0.0f) M = fmaxf(M, ml.x);
+  }
+  float L = 0.0f;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int j = 0; j < parts; ++j) {
+    const float* slot = slots + j * kPartialSlotFloats;
+    const float2 ml = __ldg(reinterpret_cast<const float2*>(slot + 64 * kVDim + 2 * r));
+    if (ml.y > 0.0f) {
+      const float w = ex2(ml.x - M);
+      L += w * ml.y;
+      const float4 v = __ldg(reinterpret_cast<const float4*>(slot + r * kVDim + d));
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
+    }
+  }
+  float f = 0.0f;  // no valid slot: out = 0 whatever the sink
+  if (L != 0.0f) {
+    float den = L;
+    if constexpr (C::kSink) den += ex2(__ldg(a.attn_sink + head0 + r) * kLog2e - M);
+    f = 1.0f / den;
+  }
+  unsigned char* out = static_cast<unsigned char*>(a.out) +
+                       ((token * C::kNumHeads + head0 + r) * static_cast<i64>(kVDim) + d) * 2;
+  asm volatile("st.global.cs.v2.b32 [%0], {%1, %2};\n" ::"l"(out), "r"(pack_bf16x2(acc.x * f, acc.y * f)),
+               "r"(pack_bf16x2(acc.z * f, acc.w * f))
+               : "memory");
+  if constexpr (C::kEmitLse) {
+    if (threadIdx.x == 0) a.lse[token * C::kNumHeads + head0 + r] = L == 0.0f ? pos_inf() : (M + lg2(L)) * kLn2;
+  }
+}
+
 // Epilogue shared by both consumer warpgroups: total row sums, normalisation, bf16 staging in the
 // Q space, coalesced 16-byte stores; lse from WG0. Persistent kernels (item: the CTA's item count, for
 // the barrier parities) store from registers instead: the Q space may already hold the next item's
@@ -1412,7 +1536,7 @@ MJ_DEVICE float load_q(const SparsePrefillArgs& a, const Smem& s, i64 token, int
 // r0 (o[8 kk + {2, 6, 3, 7}] of row r1) and go to the staging rows as one 8-byte store each.
 template <class C, bool DIM_PAIRS_SPLIT = false>
 MJ_DEVICE void finish(const SparsePrefillArgs& a, const Smem& s, const Lane& ln, int lane, i64 token, int head0,
-                      float (&o)[128], float m0, float m1, float l0, float l1, u32 item = 0) {
+                      float (&o)[128], float m0, float m1, float l0, float l1, u32 item = 0, int slot = -1) {
   l0 += __shfl_xor_sync(0xFFFFFFFFu, l0, 1);
   l0 += __shfl_xor_sync(0xFFFFFFFFu, l0, 2);
   l1 += __shfl_xor_sync(0xFFFFFFFFu, l1, 1);
@@ -1433,6 +1557,12 @@ MJ_DEVICE void finish(const SparsePrefillArgs& a, const Smem& s, const Lane& ln,
   const float L0 = s.rowsum[ln.r0] + s.rowsum[64 + ln.r0];
   const float L1 = s.rowsum[ln.r1] + s.rowsum[64 + ln.r1];
   if constexpr (C::kPersistent) sm90::mbar_arrive(s.rowsum_read);
+  if constexpr (C::kPersistent) {
+    if (slot >= 0) {  // a tail-split part: its raw state, for the combine entry
+      store_partial<C>(a, ln, slot, o, m0, m1, L0, L1);
+      return;
+    }
+  }
   const float out_mult = output_unscale<C>();
   auto row_factor = [&](int r, float L, float m) {
     if (L == 0.0f) return 0.0f;  // no valid slot: out = 0 whatever the sink
@@ -1528,7 +1658,7 @@ MJ_DEVICE void finish(const SparsePrefillArgs& a, const Smem& s, const Lane& ln,
 // WG0: scores stage 0 (even blocks), owns output columns 0..255.
 template <class C>
 MJ_DEVICE void consume_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane& ln, int lane, i64 token, int head0,
-                           int steps, float q_unscale, u32 gs = 0, u32 item = 0) {
+                           int steps, float q_unscale, u32 gs = 0, u32 item = 0, int slot = -1) {
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
@@ -1628,13 +1758,13 @@ MJ_DEVICE void consume_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane
     sm90::fence_regs(o);
     sm90::fence_regs(p);
   }
-  finish<C>(a, s, ln, lane, token, head0, o, m0, m1, l0, l1, item);
+  finish<C>(a, s, ln, lane, token, head0, o, m0, m1, l0, l1, item, slot);
 }
 
 // WG1: scores stage 1 (odd blocks), owns output columns 256..511.
 template <class C>
 MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane& ln, int lane, i64 token, int head0,
-                           int steps, float q_unscale, u32 gs = 0, u32 item = 0) {
+                           int steps, float q_unscale, u32 gs = 0, u32 item = 0, int slot = -1) {
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
@@ -1699,7 +1829,7 @@ MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane
     sm90::mbar_arrive(s.empty[0][1]);  // stage 0 right (and P0 in its rope tile): done
     sm90::fence_regs(o);
   }
-  finish<C>(a, s, ln, lane, token, head0, o, m0, m1, l0, l1, item);
+  finish<C>(a, s, ln, lane, token, head0, o, m0, m1, l0, l1, item, slot);
 }
 
 // ---- persistent roles (Config::kPersistent) ----------------------------------------------------------
@@ -1709,10 +1839,10 @@ MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane
 // items (parities of q_full / q_free / rowsum_ready / rowsum_read).
 template <class C>
 MJ_DEVICE void produce_items(const SparsePrefillArgs& a, const Smem& s) {
-  const int items = static_cast<int>(a.num_tokens) * C::kCtasPerToken, stride = static_cast<int>(gridDim.x);
+  const int items = unit_count<C>(a), stride = static_cast<int>(gridDim.x);  // units (tail split)
   int it = static_cast<int>(blockIdx.x);
-  if (it >= items) return;  // (the host launches at most one CTA per item)
-  hint_first_indices<C>(a);
+  if (it >= items) return;  // (the host launches at most one CTA per unit)
+  hint_first_indices<C>(a, unit_item<C>(a, it) / C::kCtasPerToken);
   u32 len = item_len<C>(a, it);
   // L2 policies: gathered rows evict-last (re-read by other tokens' CTAs), the query evict-first
   // (read once). Created once, outside the item loop.
@@ -1722,7 +1852,7 @@ MJ_DEVICE void produce_items(const SparsePrefillArgs& a, const Smem& s) {
     const bool more = it < items - stride;  // (it + stride would overflow near INT_MAX)
     const u32 len_next = more ? item_len<C>(a, it + stride) : 0u;
     const CtaWork w = item_work<C>(a, it, len);
-    produce_bf16<C>(a, s, w.token, w.head0, w.topk_len, w.steps, gs, n, policy, q_policy);
+    produce_bf16<C>(a, s, w.token, w.head0, w.topk_len, w.step0, w.steps, gs, n, policy, q_policy);
     if (!more) break;
     gs += static_cast<u32>(w.steps);
     len = len_next;
@@ -1733,7 +1863,7 @@ MJ_DEVICE void produce_items(const SparsePrefillArgs& a, const Smem& s) {
 
 template <class C, int WG>
 MJ_DEVICE void consume_items(const SparsePrefillArgs& a, const Smem& s, const Lane& ln, int lane) {
-  const int items = static_cast<int>(a.num_tokens) * C::kCtasPerToken, stride = static_cast<int>(gridDim.x);
+  const int items = unit_count<C>(a), stride = static_cast<int>(gridDim.x);  // units (tail split)
   int it = static_cast<int>(blockIdx.x);
   if (it >= items) return;
   u32 len = item_len<C>(a, it);
@@ -1747,9 +1877,9 @@ MJ_DEVICE void consume_items(const SparsePrefillArgs& a, const Smem& s, const La
     sm90::fence_proxy_async_acquire_smem();
     if (w.steps == 0) sm90::mbar_arrive(s.q_free);  // else after the item's last Q K^T
     if constexpr (WG == 0) {
-      consume_wg0<C>(a, s, ln, lane, w.token, w.head0, w.steps, 1.0f, gs, n);
+      consume_wg0<C>(a, s, ln, lane, w.token, w.head0, w.steps, 1.0f, gs, n, w.slot);
     } else {
-      consume_wg1<C>(a, s, ln, lane, w.token, w.head0, w.steps, 1.0f, gs, n);
+      consume_wg1<C>(a, s, ln, lane, w.token, w.head0, w.steps, 1.0f, gs, n, w.slot);
     }
     if (!more) break;
     gs += static_cast<u32>(w.steps);

@@ -16,6 +16,7 @@
 // `mlajit check`. Every FP8-math case prints its measured values next to the bounds.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -136,11 +137,22 @@ struct Outputs {
   std::vector<float> lse;
 };
 
-// grid_ctas > 0: the sm90 path's persistent kernel on that many CTAs (sparse_prefill::launch).
-// workspace: params.kv_staging bf16's (stage_rows: how the staging picks its rows).
+// How a test launches the persistent kernel directly (sparse_prefill::launch): on grid_ctas CTAs
+// (0: one per SM), with its tail split's partial slots in `workspace` (poisoned before the launch;
+// none: unsplit) and at most max_parts parts (0: launch's own limit); `taken` receives the split.
+struct SplitRun {
+  DeviceBuffer* workspace = nullptr;
+  int max_parts = 0;
+  sparse_prefill::TailSplit taken;
+};
+
+// grid_ctas > 0 or split: the sm90 path's persistent kernel (sparse_prefill::launch) on that many
+// CTAs (0 = automatic). workspace: params.kv_staging bf16's and the tail split's, through the op
+// (stage_rows: how the staging picks its rows).
 Outputs run_on_device(const ref::SparsePrefillProblem& pb, DeviceProblem& d, Path path, int64_t grid_ctas = 0,
                       DeviceBuffer* workspace = nullptr,
-                      sparse_prefill::StageRows stage_rows = sparse_prefill::StageRows::automatic) {
+                      sparse_prefill::StageRows stage_rows = sparse_prefill::StageRows::automatic,
+                      SplitRun* split = nullptr) {
   const auto& p = pb.p;
   const int64_t T = pb.num_tokens, H = p.num_q_heads;
   d.out.fill_bytes(0xFF);  // bf16 0xFFFF and f32 0xFFFFFFFF are NaN: unwritten slots show
@@ -154,11 +166,21 @@ Outputs run_on_device(const ref::SparsePrefillProblem& pb, DeviceProblem& d, Pat
   TensorView lse = p.emit_lse ? TensorView(d.lse.get(), DType::f32, {T, H}) : TensorView();
   const TensorView q(d.q.get(), DType::bf16, {T, H, 576}), indices(d.indices.get(), DType::u32, {T, pb.indices_stride}),
       lengths(d.lengths.get(), DType::u32, {T}), out(d.out.get(), DType::bf16, {T, H, 512});
-  if (grid_ctas > 0) {
+  if (grid_ctas > 0 || split) {
     REQUIRE(path == Path::sm90);
-    const SparsePrefillArgs args = sparse_prefill::make_args(p, q, kv, indices, lengths, pb.layer_idx, pb.softmax_scale,
-                                                             sink, out, lse);
-    sparse_prefill::launch(*sparse_prefill::kernel_for(p, path), p, path, args, nullptr, grid_ctas);
+    SparsePrefillArgs args = sparse_prefill::make_args(p, q, kv, indices, lengths, pb.layer_idx, pb.softmax_scale,
+                                                       sink, out, lse);
+    int max_parts = 0;
+    if (split && split->workspace) {
+      split->workspace->fill_bytes(0xFF);  // NaN partials: a slot the combine reads unwritten shows
+      sparse_prefill::bind_partials(
+          p, kv, TensorView(split->workspace->get(), DType::u32, {static_cast<int64_t>(split->workspace->size() / 4)}),
+          args);
+      max_parts = split->max_parts;
+    }
+    const auto taken = sparse_prefill::launch(*sparse_prefill::kernel_for(p, path), p, path, args, nullptr, grid_ctas,
+                                              max_parts);
+    if (split) split->taken = taken;
   } else {
     const TensorView ws = workspace ? TensorView(workspace->get(), DType::u32, {static_cast<int64_t>(workspace->size() / 4)})
                                     : TensorView();
@@ -406,6 +428,20 @@ TEST_SUITE("sparse_prefill_small") {
           CAPTURE(grid);
           check_outputs(c, pb, r, run_on_device(pb, d, Path::sm90, grid), Path::sm90);
         }
+      }
+      // The tail split under the sanitizers: 5 items in 2 parts each on the automatic grid, and on 4
+      // CTAs (4 whole items, then the fifth in 2 parts).
+      const Case c{"small bf16 h64 s5 topk512 b64 p64 sink (tail split)", DType::bf16, 64, 5, 512, 64, 64, 0, true};
+      const auto pb = problem_of(c, 151);
+      DeviceProblem d(pb);
+      const auto r = ref::sparse_prefill_reference(pb);
+      DeviceBuffer ws(sparse_prefill::workspace_bytes(params_of(c), pb.num_blocks));
+      for (int64_t grid : {int64_t{0}, int64_t{4}}) {
+        CAPTURE(grid);
+        SplitRun split{&ws};
+        check_outputs(c, pb, r, run_on_device(pb, d, Path::sm90, grid, nullptr, sparse_prefill::StageRows::automatic, &split),
+                      Path::sm90);
+        CHECK(split.taken.parts == 2);
       }
     }
   }
@@ -658,6 +694,91 @@ TEST_SUITE("sparse_prefill") {
         CHECK(std::memcmp(o.lse.data(), base.lse.data(), o.lse.size() * 4) == 0);
         if (grid == 1) check_outputs(c, pb, ref::sparse_prefill_reference(pb), o, Path::sm90);
       }
+    }
+  }
+
+  TEST_CASE("sparse_prefill bf16 tail split: parts over the whole grid, merged at SPEC precision") {
+    // The persistent kernel splits the items of its last round into parts (steps [j S / n, (j + 1) S /
+    // n) of each) that run on otherwise idle CTAs, each writing its f32 accumulator, max and row sum to
+    // a slot; the combine entry merges them. Checked on ragged lengths with every third token (and
+    // the last) of length 0, so parts of zero steps and items without any valid slot occur; the
+    // slots are poisoned with NaN before every launch:
+    //   - the f64 reference at the SPEC bounds (out, lse, +inf / 0 rows);
+    //   - items before the split: the bits of the unsplit launch on the same grid;
+    //   - split items: within f32 rounding of the unsplit launch (out relative Frobenius 4e-3, lse
+    //     1e-5): the same math with other running maxima, so P rounds to bf16 differently;
+    //   - two split launches: identical bits.
+    if (Runtime::global().arch() != "sm_90a") {
+      MESSAGE("SKIPPED: the tail split is the persistent sm_90a kernel's (this device is ", Runtime::global().arch(), ")");
+      return;
+    }
+    struct SplitCase {
+      Case c;
+      int64_t grid;   // 0: one CTA per SM
+      int max_parts;  // 0: launch's limit
+    };
+    const SplitCase cases[] = {
+        // Fewer items than SMs: every item in parts, side by side.
+        {{"bf16 h128 s31 topk1024 b64 p64 sink", DType::bf16, 128, 31, 1024, 64, 64, 0, true}, 0, 0},
+        {{"bf16 h16 s9 topk2048 b128 p16", DType::bf16, 16, 9, 2048, 128, 16}, 0, 0},
+        {{"bf16 h48 s13 topk768 b128 p128 nolse", DType::bf16, 48, 13, 768, 128, 128, 0, false, false}, 0, 0},
+        // More items than CTAs: whole items walked, then the last round split (3, 13 and 5 items left).
+        {{"bf16 h64 s213 topk1024 b64 p64 sink", DType::bf16, 64, 213, 1024, 64, 64, 0, true}, 7, 0},
+        {{"bf16 h64 s213 topk1024 b64 p64 sink", DType::bf16, 64, 213, 1024, 64, 64, 0, true}, 50, 0},
+        {{"bf16 h128 s70 topk1024 b64 p64 sink", DType::bf16, 128, 70, 1024, 64, 64, 0, true}, 45, 0},
+        {{"bf16 h128 s70 topk1024 b64 p64 sink", DType::bf16, 128, 70, 1024, 64, 64, 0, true}, 45, 3},
+    };
+    uint64_t seed = 950;
+    for (const SplitCase& sc : cases) {
+      const Case& c = sc.c;
+      CAPTURE(c.name);
+      CAPTURE(sc.grid);
+      CAPTURE(sc.max_parts);
+      const SparsePrefillParams p = params_of(c);
+      const auto plan = sparse_prefill::sm90_plan(p);
+      REQUIRE(plan.persistent);
+      auto pb = problem_of(c, seed++);
+      for (size_t t = 0; t < pb.topk_lengths.size(); ++t)
+        if (t % 3 == 2 || t + 1 == pb.topk_lengths.size()) pb.topk_lengths[t] = 0;
+      DeviceProblem d(pb);
+      DeviceBuffer ws(sparse_prefill::workspace_bytes(p, pb.num_blocks));
+      const Outputs base = sc.grid > 0 ? run_on_device(pb, d, Path::sm90, sc.grid) : run_on_device(pb, d, Path::sm90);
+      SplitRun split{&ws, sc.max_parts};
+      const Outputs o = run_on_device(pb, d, Path::sm90, sc.grid, nullptr, sparse_prefill::StageRows::automatic, &split);
+      const auto taken = split.taken;
+      MESSAGE(std::string(c.name), " grid ", sc.grid, ": items from ", taken.first, " in ", taken.parts, " parts, ", taken.units, " units");
+      REQUIRE(taken.parts > 1);
+      if (sc.max_parts > 0) CHECK(taken.parts <= sc.max_parts);
+      check_outputs(c, pb, ref::sparse_prefill_reference(pb), o, Path::sm90);
+      // Rows of items before the split: identical; after: close to the unsplit launch.
+      const int64_t hpc = plan.heads_per_cta;
+      const int64_t first_row = taken.first * hpc;  // items are (token, head tile): rows token * H + tile * hpc
+      REQUIRE(first_row * 512 <= static_cast<int64_t>(o.out.size()));
+      CHECK(std::memcmp(o.out.data(), base.out.data(), static_cast<size_t>(first_row) * 512 * 2) == 0);
+      if (c.lse) CHECK(std::memcmp(o.lse.data(), base.lse.data(), static_cast<size_t>(first_row) * 4) == 0);
+      double num = 0, den = 0, worst_lse = 0;
+      for (size_t i = static_cast<size_t>(first_row) * 512; i < o.out.size(); ++i) {
+        const double a = ref::bf16_to_float(o.out[i]), b = ref::bf16_to_float(base.out[i]);
+        num += (a - b) * (a - b);
+        den += b * b;
+      }
+      if (c.lse) {
+        for (size_t i = static_cast<size_t>(first_row); i < o.lse.size(); ++i) {
+          if (std::isinf(base.lse[i])) {
+            CHECK(o.lse[i] == base.lse[i]);
+          } else {
+            worst_lse = std::max(worst_lse, std::fabs(static_cast<double>(o.lse[i]) - base.lse[i]));
+          }
+        }
+      }
+      const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+      MESSAGE("  split vs unsplit over the split items: out rel Frobenius ", rel, ", lse max diff ", worst_lse);
+      CHECK(rel < 4e-3);
+      CHECK(worst_lse < 1e-5);
+      SplitRun again{&ws, sc.max_parts};
+      const Outputs o2 = run_on_device(pb, d, Path::sm90, sc.grid, nullptr, sparse_prefill::StageRows::automatic, &again);
+      CHECK(o2.out == o.out);
+      CHECK(std::memcmp(o2.lse.data(), o.lse.data(), o.lse.size() * 4) == 0);
     }
   }
 

@@ -285,8 +285,11 @@ TEST_CASE("sparse_prefill codegen: deterministic source with the planned entries
       CHECK(a.code.find(fmt::format("kSmemBytes == {}", plan.smem_bytes)) != std::string::npos);
       CHECK(a.min_arch == "sm_80");
       if (sparse_prefill::sm90_supported(p)) {
-        REQUIRE(a.entries.size() == 2);
+        // The persistent kernel (bf16 cache) adds the tail split's combine entry.
+        const bool persistent = sparse_prefill::sm90_plan(p).persistent;
+        REQUIRE(a.entries.size() == (persistent ? 3u : 2u));
         CHECK(a.entries[sparse_prefill::kEntrySm90].symbol == sparse_prefill::kSymbolSm90);
+        if (persistent) CHECK(a.entries[sparse_prefill::kEntrySm90Combine].symbol == sparse_prefill::kSymbolSm90Combine);
       } else {
         CHECK(a.entries.size() == 1);
       }
@@ -309,9 +312,10 @@ TEST_CASE("sparse_prefill codegen: one kernel body per module") {
   CHECK(s80.name != s90.name);
   CHECK(s80.name != a.name);  // distinct cache entries and dumps
   for (const KernelSource* k : {&a, &s80, &s90}) {
-    REQUIRE(k->entries.size() == 2);  // same entry list whatever the body: the op indexes it by path
+    REQUIRE(k->entries.size() == 3);  // same entry list whatever the body: the op indexes it by path
     CHECK(k->entries[sparse_prefill::kEntrySm80].symbol == sparse_prefill::kSymbolSm80);
     CHECK(k->entries[sparse_prefill::kEntrySm90].symbol == sparse_prefill::kSymbolSm90);
+    CHECK(k->entries[sparse_prefill::kEntrySm90Combine].symbol == sparse_prefill::kSymbolSm90Combine);
     CHECK(k->code.find("__trap()") != std::string::npos);  // the other entry is a guard
   }
   // fp8 group scales of arbitrary f32 values: the portable kernel is the automatic choice
@@ -585,4 +589,39 @@ TEST_CASE("sparse_prefill launch grid: the persistent bf16 Hopper kernel takes a
     CHECK_MESSAGE(e.find(std::to_string(grid)) != std::string::npos, e);
     CHECK_MESSAGE(e.find(grid > 0 ? "persistent" : ">= 0") != std::string::npos, e);
   }
+}
+
+TEST_CASE("sparse_prefill tail split: the last round's items in parts that fill the grid") {
+  using sparse_prefill::tail_split;
+  // The benchmark's shape on an H100: 4096 tokens x 2 head tiles = 8192 items on 132 CTAs: 62 full
+  // rounds and 8 items left; top-2048 (16 steps) caps the parts at 8 (two steps each): 64 units.
+  auto sp = tail_split(8192, 132, 256, 2048);
+  CHECK(sp.first == 8184);
+  CHECK(sp.parts == 8);
+  CHECK(sp.units == 8184 + 64);
+  // Fewer items than CTAs: every item is split, the parts run side by side.
+  sp = tail_split(20, 132, 256, 2048);
+  CHECK(sp.first == 0);
+  CHECK(sp.parts == 6);  // 132 / 20
+  CHECK(sp.units == 120);
+  // Limits: the slots, the steps of a full-length item, the caller's cap.
+  CHECK(tail_split(20, 132, 40, 2048).parts == 2);
+  CHECK(tail_split(20, 132, 256, 512).parts == 2);   // 4 steps: 2 parts of 2
+  CHECK(tail_split(8192, 132, 256, 2048, 4).parts == 4);
+  // An explicit cap replaces the two-step rule (the benchmark's sweep): one step per part at least.
+  CHECK(tail_split(8192, 132, 256, 2048, 16).parts == 16);
+  CHECK(tail_split(8192, 132, 256, 2048, 64).parts == 16);  // 132 / 8 and 16 steps
+  CHECK(tail_split(20, 132, 256, 256, 4).parts == 2);       // 2 steps: 2 one-step parts
+  // No split: a full last round, a last round too full to gain, too few slots or steps, no slots.
+  for (const auto& s : {tail_split(8184, 132, 256, 2048), tail_split(8192 + 60, 132, 256, 2048),
+                        tail_split(20, 132, 39, 2048), tail_split(20, 132, 256, 256), tail_split(20, 132, 0, 2048),
+                        tail_split(8192, 132, 256, 2048, 1), tail_split(0, 132, 256, 2048)}) {
+    CHECK(s.parts == 1);
+    CHECK(s.first == s.units);
+  }
+  // Small grids (the GPU tests' walks): 213 items on 7 CTAs: 3 left over, 2 parts each.
+  sp = tail_split(213, 7, 256, 2048);
+  CHECK(sp.first == 210);
+  CHECK(sp.parts == 2);
+  CHECK(sp.units == 216);
 }

@@ -84,7 +84,8 @@ TEST_CASE("sparse_prefill kv_staging: the attention kernel is the bf16-cache one
 
       const KernelSpec spec{p};
       const KernelSource src = generate(spec);
-      REQUIRE(src.entries.size() == 5);
+      REQUIRE(src.entries.size() == 6);
+      CHECK(src.entries[sparse_prefill::kEntrySm90Combine].symbol == sparse_prefill::kSymbolSm90Combine);
       CHECK(src.entries[sparse_prefill::kEntryStageClear].symbol == sparse_prefill::kSymbolStageClear);
       CHECK(src.entries[sparse_prefill::kEntryStageMark].symbol == sparse_prefill::kSymbolStageMark);
       CHECK(src.entries[sparse_prefill::kEntryStageConvert].symbol == sparse_prefill::kSymbolStageConvert);
@@ -96,10 +97,10 @@ TEST_CASE("sparse_prefill kv_staging: the attention kernel is the bf16-cache one
       CHECK(src.code.find("kPersistent == true") != std::string::npos);
       // Forced paths hold the staging kernels too.
       for (auto path : {sparse_prefill::Path::sm80, sparse_prefill::Path::sm90})
-        CHECK(generate_sparse_prefill_mode(spec, path).entries.size() == 5);
+        CHECK(generate_sparse_prefill_mode(spec, path).entries.size() == 6);
     }
   }
-  // Without staging nothing changes: two entries.
+  // Without staging: the fused fp8 kernel, one item per CTA, no combine entry.
   SparsePrefillParams plain = staged();
   plain.kv_staging = KvStaging::none;
   CHECK(generate(KernelSpec{plain}).entries.size() == 2);
@@ -108,16 +109,25 @@ TEST_CASE("sparse_prefill kv_staging: the attention kernel is the bf16-cache one
 TEST_CASE("sparse_prefill kv_staging: the workspace contract (no GPU needed)") {
   const SparsePrefillParams p = staged(64);
   const int64_t T = 3, NB = 5, L = 2, P = 64, S = 128;
-  const size_t need = ops::sparse_prefill_workspace_bytes(p, NB);
+  // The staged part (required), then the tail split's partial slots (optional) from a 256-byte boundary.
+  const size_t need = sparse_prefill::staged_bytes(p, NB);
   CHECK(need == static_cast<size_t>(NB * P) * 1152 + 16);  // a flag byte per page, rounded up to 16
-  CHECK(sparse_prefill::workspace_bytes(p, 3) == 3 * 64 * 1152 + 16);
-  CHECK(sparse_prefill::workspace_bytes(p, 17) == 17 * 64 * 1152 + 32);
+  CHECK(sparse_prefill::staged_bytes(p, 3) == 3 * 64 * 1152 + 16);
+  CHECK(sparse_prefill::staged_bytes(p, 17) == 17 * 64 * 1152 + 32);
+  constexpr size_t kSlots = 256 * 64 * 514 * 4;
+  CHECK(sparse_prefill::partials_offset(p, NB) == (need + 255) / 256 * 256);
+  CHECK(ops::sparse_prefill_workspace_bytes(p, NB) == (need + 255) / 256 * 256 + kSlots);
   SparsePrefillParams odd = p;
   odd.page_size = 4;
-  CHECK(sparse_prefill::workspace_bytes(odd, 5) == 20 * 1152 + 16);
-  SparsePrefillParams none = p;
+  CHECK(sparse_prefill::staged_bytes(odd, 5) == 20 * 1152 + 16);
+  CHECK(sparse_prefill::workspace_bytes(odd, 5) == (20 * 1152 + 16 + 255) / 256 * 256 + kSlots);
+  SparsePrefillParams none = p;  // the fused fp8 kernel: no workspace at all
   none.kv_staging = KvStaging::none;
   CHECK(ops::sparse_prefill_workspace_bytes(none, NB) == 0);
+  SparsePrefillParams bf16 = none;  // the persistent kernel without staging: the slots alone
+  bf16.kv_dtype = DType::bf16;
+  bf16.scale_block_size = 0;
+  CHECK(ops::sparse_prefill_workspace_bytes(bf16, NB) == kSlots);
   CHECK(invalid_message([&] { ops::sparse_prefill_workspace_bytes(p, 0); }).find("num_blocks") != std::string::npos);
   // More rows than an int32 encoded index reaches: refused, never a wrapped size.
   CHECK(ops::sparse_prefill_workspace_bytes(p, (int64_t{1} << 31) / 64) > 0);

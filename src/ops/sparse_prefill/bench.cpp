@@ -178,6 +178,12 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
       p, kv, TensorView(workspace.get(), DType::u32, {static_cast<int64_t>(ws_bytes / 4)}), args);
   const bool staged = p.kv_staging == KvStaging::bf16;
   const bool marks = sparse_prefill::stage_marks(stage_args, stage_rows);
+  // The persistent kernel's tail split (split_parts 1: off) and, for the A/B inside this invocation,
+  // the same launch without it.
+  SparsePrefillArgs args_unsplit = args;
+  if (a.split_parts != 1)
+    sparse_prefill::bind_partials(p, kv, TensorView(workspace.get(), DType::u32, {static_cast<int64_t>(ws_bytes / 4)}),
+                                  args);
   auto kernel = sparse_prefill::kernel_for(p, path);  // compile / load outside the timed region
 
   // The anchor's inputs: the same q, the same key rows (position pos of the sequence = physical
@@ -216,10 +222,17 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
 
   Stream stream = driver::create_stream();
   auto run_stage = [&] { sparse_prefill::stage(*kernel, stage_args, stage_rows, stream); };
+  sparse_prefill::TailSplit split;
   auto run_mlajit = [&] {
     if (staged) run_stage();
-    sparse_prefill::launch(*kernel, p, path, args, stream, a.ctas);
+    split = sparse_prefill::launch(*kernel, p, path, args, stream, a.ctas, a.split_parts);
   };
+  auto run_unsplit = [&] {
+    if (staged) run_stage();
+    sparse_prefill::launch(*kernel, p, path, args_unsplit, stream, a.ctas);
+  };
+  run_mlajit();  // the split it takes (the launches below are timed)
+  const bool compare_unsplit = split.parts > 1;
   // The anchor twice: without per-token lengths (its default instantiation: every row has `topk`
   // keys, no length load) and with them (its topk_length instantiation reads topk_length[t] first,
   // as mlajit always reads topk_lengths[t]: the same work). The lengths buffer holds `topk` for
@@ -239,6 +252,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
     launches.push_back([&](Stream) { run_anchor(false); });
     launches.push_back([&](Stream) { run_anchor(true); });
   }
+  if (compare_unsplit) launches.push_back([&](Stream) { run_unsplit(); });
   // The staging alone, for attribution (its cost is inside the op's time above).
   if (staged) launches.push_back([&](Stream) { run_stage(); });
   const std::vector<autotune::Timing> timings = autotune::time_interleaved(launches, kWarmup, a.reps, stream);
@@ -266,6 +280,12 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   j["tflops_best"] = flops / (best * 1e-3) / 1e12;
   if (staged)
     j["stage"] = {{"rows", marks ? "marked" : "all"}, {"ms_median", timings.back().median_ms}};
+  j["split"] = {{"first", split.first}, {"parts", split.parts}, {"units", split.units}};
+  if (compare_unsplit) {
+    const double um = timings[with_anchor ? 3 : 1].median_ms;
+    j["unsplit"] = {{"ms_median", um}, {"tflops", flops / (um * 1e-3) / 1e12}, {"speedup", um / median}};
+    if (with_anchor) j["unsplit"]["ratio"] = timings[1].median_ms / um;
+  }
   if (with_anchor) {
     const double am = timings[1].median_ms, aml = timings[2].median_ms;
     // Same inputs: with 16-bit math the outputs agree to bf16 rounding (fp8 caches: the anchor

@@ -34,6 +34,9 @@ struct SparsePrefillBenchArgs {
   int reps = 20;
   std::string path = "auto";  // auto | sm80 | sm90
   int64_t ctas = 0;  // grid of the persistent sm90 kernel (bf16); 0 = automatic (sparse_prefill::launch)
+  // The persistent kernel's tail split: 0 = automatic, 1 = off, N = at most N parts per split item.
+  // When a split runs, the same launch without it is timed too ("unsplit" in the JSON).
+  int split_parts = 0;
   // Optional: a shared library timed side by side on the same inputs (see below); "" = none.
   std::string anchor;
 };
@@ -61,7 +64,10 @@ struct SparsePrefillBenchArgs {
 //    "anchor": {"library", "info", "ms_median", "tflops", "ratio" (anchor ms / mlajit ms: > 1 means
 //    mlajit is faster), "with_topk_length": {"ms_median", "tflops", "ratio"} (the anchor again, given
 //    the per-token lengths that mlajit always reads; timed in the same interleaved reps),
-//    "compare": {"out_rel_frobenius", "lse_max_abs_diff"}} (mlajit vs anchor).
+//    "compare": {"out_rel_frobenius", "lse_max_abs_diff"}} (mlajit vs anchor). Always "split":
+//    {"first", "parts", "units"} (the persistent kernel's tail split; parts 1: none), and when a
+//    split ran "unsplit": {"ms_median", "tflops", "speedup" (unsplit ms / split ms), "ratio" (with an
+//    anchor: anchor ms / unsplit ms)}, the same launch without the split in the same reps.
 // Every timed launch follows a 256 MiB device write (L2 flush).
 // Throws Error(InvalidArgument) for bad arguments, Error(Driver) without a GPU.
 nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args);

@@ -1,8 +1,9 @@
 // Source generator of sparse_prefill (SPEC §3). Every source declares the same two entries:
 //   entry 0  mlajit_sparse_prefill_sm80: the portable mma.sync kernel (templates/sparse_prefill/sm80.cuh);
 //   entry 1  mlajit_sparse_prefill_sm90: the wgmma kernel (templates/sparse_prefill/sm90.cuh),
-// (kv_staging bf16 adds entries 2-4, the staging kernels of templates/sparse_prefill/stage_bf16.cuh,
-// and its attention entries are those of the bf16-cache kernel: plan.hpp attention_params)
+// (specs of the persistent Hopper kernel add entry 2, the tail split's combine; kv_staging bf16
+// adds entries 3-5, the staging kernels of templates/sparse_prefill/stage_bf16.cuh, and its
+// attention entries are those of the bf16-cache kernel: plan.hpp attention_params)
 // but compiles exactly ONE of the two bodies: the other entry is a guard that traps if launched
 // (the op never launches it: ops/sparse_prefill/op.cpp picks the module by path). Compiling one
 // kernel per module halves the cold NVRTC time of a spec (the arch picks the body while
@@ -67,6 +68,16 @@ std::string sm90_part(const SparsePrefillParams& p, const sparse_prefill::Sm90Pl
       fp8 ? p.scale_block_size : 0, cpp_bool(p.attn_sink), cpp_bool(p.emit_lse), p.page_size, plan.num_stages,
       cpp_bool(p.qk_math == QkMath::fp8), cpp_bool(fp8 && p.scale_fmt == ScaleFmt::ue8m0), plan.smem_bytes,
       plan.threads, plan.head_tiles, cpp_bool(plan.persistent), plan.threads, sparse_prefill::kSymbolSm90);
+}
+
+// The persistent kernel's tail-split combine (sm90.cuh combine), on the Hopper side of the module.
+std::string combine_part() {
+  return fmt::format(
+      "extern \"C\" __global__ void __launch_bounds__({}) {}(const __grid_constant__ SparsePrefillArgs args) {{\n"
+      "  mj::sparse_prefill_sm90::combine<SparsePrefillSm90>(args);\n"
+      "}}\n"
+      "static_assert(mj::sparse_prefill_sm90::kCombineThreads == {}, \"host plan and device block size disagree\");\n",
+      sparse_prefill::kCombineThreads, sparse_prefill::kSymbolSm90Combine, sparse_prefill::kCombineThreads);
 }
 
 // kv_staging bf16: the three staging kernels (templates/sparse_prefill/stage_bf16.cuh), compiled
@@ -189,13 +200,16 @@ KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill
                                 : "0";
   code += fmt::format("#if {}\n#define MLAJIT_SPARSE_PREFILL_HOPPER 1\n#else\n#define MLAJIT_SPARSE_PREFILL_HOPPER 0\n#endif\n",
                       hopper_cond);
+  const bool combine = covered && plan90.persistent;
   code += "#if MLAJIT_SPARSE_PREFILL_HOPPER\n";
   code += covered ? sm90_part(pa, plan90) +
                         guard_entry(sparse_prefill::kSymbolSm80, plan80.threads, false)
                   : std::string("#error \"unreachable: no Hopper kernel for this spec\"\n");
+  if (combine) code += combine_part();
   code += "#else\n";
   code += sm80_part(pa, plan80);
   if (covered) code += guard_entry(sparse_prefill::kSymbolSm90, plan90.threads, true);
+  if (combine) code += guard_entry(sparse_prefill::kSymbolSm90Combine, sparse_prefill::kCombineThreads, true);
   code += "#endif\n";
   if (p.kv_staging == KvStaging::bf16) code += stage_part(p);
 
@@ -204,7 +218,9 @@ KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill
   if (covered)
     src.entries.push_back({sparse_prefill::kSymbolSm90, static_cast<unsigned>(plan90.threads),
                            static_cast<unsigned>(plan90.smem_bytes)});
+  if (combine) src.entries.push_back({sparse_prefill::kSymbolSm90Combine, static_cast<unsigned>(sparse_prefill::kCombineThreads), 0u});
   if (p.kv_staging == KvStaging::bf16) {
+    if (!combine) throw_error(ErrorKind::Internal, "sparse_prefill: kv_staging bf16 without the persistent kernel");
     if (!covered) throw_error(ErrorKind::Internal, "sparse_prefill: kv_staging bf16 without the sm90 entry");
     const auto t = static_cast<unsigned>(sparse_prefill::kStageThreads);
     src.entries.push_back({sparse_prefill::kSymbolStageClear, t, 0u});

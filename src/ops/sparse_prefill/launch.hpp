@@ -43,13 +43,35 @@ bool stage_marks_rows(int64_t num_rows, int64_t num_tokens, int64_t indices_stri
 // Whether stage() marks for `sa` under `rows` (marked, or automatic and stage_marks_rows).
 bool stage_marks(const SparsePrefillStageArgs& sa, StageRows rows);
 
-// kv_staging bf16: checks `workspace` (16-byte aligned, at least workspace_bytes(p, num_blocks)
+// kv_staging bf16: checks `workspace` (16-byte aligned, at least staged_bytes(p, num_blocks)
 // bytes; errors name it, its size and the size needed) and returns the staging kernels' arguments
 // for `args` (from make_args, same views), which it redirects to the staged copy: a one-layer bf16
 // cache (row_stride page_size, layer 0, no scales) read with the same indices. kv_staging none: the
 // workspace is not used (any view, an empty one included) and `args` is left as it is.
 SparsePrefillStageArgs make_stage_args(const SparsePrefillParams& p, const ops::PagedCacheView& kv,
                                        const TensorView& workspace, SparsePrefillArgs& args);
+// The persistent Hopper kernel's partial slots (plan.hpp workspace_bytes): points args.partials at
+// the workspace past partials_offset(p, num_blocks) and sets args.partial_slots to the slots it
+// holds there (at most kMaxSplitSlots; 0 = no tail split). A non-empty workspace must be contiguous
+// and 16-byte aligned (errors name it). Other kernels: args unchanged.
+void bind_partials(const SparsePrefillParams& p, const ops::PagedCacheView& kv, const TensorView& workspace,
+                   SparsePrefillArgs& args);
+
+// The tail split launch() gives the persistent kernel (args.split_first / split_parts; templates/
+// sparse_prefill/sm90.cuh "Tail split"). With `grid` CTAs and items = tokens x head tiles, the last
+// round holds r = items mod grid items (all of them when items < grid); each is split into
+// parts = min(grid / r, slots / r, max_parts) parts, so that the last round's units fill the grid,
+// where max_parts keeps at least two 128-key steps per part of a full-length item
+// (indices_stride / 256; measured on an H200 against 2, 4 and 16: notes 40). `max_parts` > 0
+// replaces that rule (at most max_parts parts of one step at least: the benchmark's sweep).
+// parts < 2: no split (first = items, parts 1). units = first + r * parts: the walk's length.
+struct TailSplit {
+  int64_t first = 0;
+  int parts = 1;
+  int64_t units = 0;
+};
+TailSplit tail_split(int64_t items, int64_t grid, int64_t slots, int64_t indices_stride, int max_parts = 0);
+
 // Launches the staging kernels of `kernel` (kernel_for(p, any path): every kv_staging bf16 module
 // holds them) on `stream`: clear + mark + convert, or convert only (rows all).
 void stage(const Kernel& kernel, const SparsePrefillStageArgs& sa, StageRows rows, Stream stream);
@@ -77,12 +99,17 @@ std::shared_ptr<const Kernel> kernel_for(const SparsePrefillParams& p, Path path
 // one per item; every other kernel: one CTA per item). > 0, persistent kernel only: that many CTAs
 // (capped at the item count), for the tests (grids of 1, 3, 7 CTAs walk many items each) and the
 // benchmark's A/B against one CTA per item; elsewhere an Error.
-void launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, const SparsePrefillArgs& args,
-            Stream stream, int64_t grid_ctas = 0);
-// The grid launch() uses (same rules and errors); 0 for no tokens.
+// The persistent kernel splits its tail (tail_split) where args.partial_slots > 0 (bind_partials),
+// then launches the combine entry behind it on the same stream; max_split_parts caps the parts
+// (0 = tail_split's own limit). Returns the split it ran.
+TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, const SparsePrefillArgs& args,
+                 Stream stream, int64_t grid_ctas = 0, int max_split_parts = 0);
+// The grid launch() uses without a tail split (same rules and errors); 0 for no tokens. With a split
+// it runs min(units, the SMs or grid_ctas) CTAs: more than this only where items < that budget
+// (each item's parts then run side by side).
 int64_t launch_ctas(const SparsePrefillParams& p, Path path, int64_t num_tokens, int64_t grid_ctas = 0);
 
-// make_args + (kv_staging bf16: make_stage_args + stage) + resolve_path + Runtime::global().get +
+// make_args + (kv_staging bf16: make_stage_args + stage) + bind_partials + resolve_path + Runtime::global().get +
 // launch: ops::sparse_prefill with a path (and for the tests and the bench, a staging mode).
 void run(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCacheView& kv, const TensorView& indices,
          const TensorView& topk_lengths, int layer_idx, float softmax_scale, const TensorView& attn_sink,

@@ -150,6 +150,10 @@ SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, c
   a.layer_row_offset = static_cast<long long>(layer_idx) * p.page_size;
   a.sm_scale = softmax_scale;
   a.sm_scale_log2e = static_cast<float>(static_cast<double>(softmax_scale) * 1.4426950408889634);
+  a.partials = nullptr;  // bind_partials
+  a.partial_slots = 0;
+  a.split_first = 0;     // launch(): no split unless it picks one
+  a.split_parts = 1;
   return a;
 }
 
@@ -192,13 +196,14 @@ SparsePrefillStageArgs make_stage_args(const SparsePrefillParams& p, const ops::
   SparsePrefillStageArgs sa{};
   if (p.kv_staging != KvStaging::bf16) return sa;
   const int64_t num_blocks = kv.blocks.shape[0];  // make_args checked the view
-  const size_t need = workspace_bytes(p, num_blocks, "kv.blocks dim 0 (num_blocks)");
+  const size_t need = staged_bytes(p, num_blocks, "kv.blocks dim 0 (num_blocks)");
   const size_t have = workspace.empty() ? 0 : static_cast<size_t>(workspace.numel()) * dtype_size(workspace.dtype);
   if (have < need)
     throw_invalid("workspace size (params.kv_staging bf16)", fmt::format("{} bytes", have),
-                  fmt::format("at least sparse_prefill_workspace_bytes(params, num_blocks={}) = {} bytes (a bf16 copy "
-                              "of the layer's {} rows and a flag byte per page)",
-                              num_blocks, need, num_blocks * p.page_size));
+                  fmt::format("at least {} bytes (a bf16 copy of the layer's {} rows and a flag byte per page; "
+                              "sparse_prefill_workspace_bytes(params, num_blocks={}) = {} bytes adds the tail "
+                              "split's partial slots)",
+                              need, num_blocks * p.page_size, num_blocks, workspace_bytes(p, num_blocks)));
   expect_contiguous(workspace, "workspace");
   expect_nonnull(workspace, "workspace");
   expect_aligned(workspace, 16, "workspace");
@@ -223,6 +228,43 @@ SparsePrefillStageArgs make_stage_args(const SparsePrefillParams& p, const ops::
   args.layer_row_offset = 0;
   args.num_kv_rows = num_rows;
   return sa;
+}
+
+void bind_partials(const SparsePrefillParams& p, const ops::PagedCacheView& kv, const TensorView& workspace,
+                   SparsePrefillArgs& args) {
+  args.partials = nullptr;
+  args.partial_slots = 0;
+  if (workspace.empty()) return;
+  expect_contiguous(workspace, "workspace");
+  expect_nonnull(workspace, "workspace");
+  expect_aligned(workspace, 16, "workspace");
+  if (!sm90_supported(p) || !sm90_plan(p).persistent) return;
+  const size_t have = static_cast<size_t>(workspace.numel()) * dtype_size(workspace.dtype);
+  const size_t offset = partials_offset(p, kv.blocks.shape[0]);  // make_args checked the view
+  if (have <= offset) return;
+  args.partials = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace.data) + offset);
+  args.partial_slots = std::min<long long>(kMaxSplitSlots, static_cast<long long>((have - offset) / kPartialSlotBytes));
+}
+
+TailSplit tail_split(int64_t items, int64_t grid, int64_t slots, int64_t indices_stride, int max_parts) {
+  TailSplit sp;
+  sp.first = items;
+  sp.units = items;
+  if (items <= 0 || grid <= 0) return sp;
+  const int64_t r = items >= grid ? items % grid : items;
+  if (r == 0) return sp;
+  // Two steps (256 keys) per part at least: a part's fixed cost (query tile, first gather, epilogue,
+  // its slot's 128 KB) is worth about one step, so one-step parts would gain little over two-step
+  // ones and double the combine's reads. An explicit cap replaces that rule (one step per part at
+  // least).
+  int64_t parts = std::min(grid / r, slots / r);
+  parts = std::min<int64_t>(parts, max_parts > 0 ? std::min<int64_t>(max_parts, std::max<int64_t>(1, indices_stride / 128))
+                                                 : std::max<int64_t>(1, indices_stride / 256));
+  if (parts < 2) return sp;
+  sp.first = items - r;
+  sp.parts = static_cast<int>(parts);
+  sp.units = sp.first + r * parts;
+  return sp;
 }
 
 void stage(const Kernel& kernel, const SparsePrefillStageArgs& sa, StageRows rows, Stream stream) {
@@ -347,17 +389,34 @@ int64_t launch_ctas(const SparsePrefillParams& p, Path path, int64_t num_tokens,
   return std::min(items, grid_ctas > 0 ? grid_ctas : static_cast<int64_t>(std::max(1, Runtime::global().sm_count())));
 }
 
-void launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, const SparsePrefillArgs& args,
-            Stream stream, int64_t grid_ctas) {
-  const int64_t ctas = launch_ctas(p, path, args.num_tokens, grid_ctas);
-  if (args.num_tokens == 0) return;
+TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, const SparsePrefillArgs& args,
+                 Stream stream, int64_t grid_ctas, int max_split_parts) {
+  int64_t ctas = launch_ctas(p, path, args.num_tokens, grid_ctas);
+  TailSplit split;
+  if (args.num_tokens == 0) return split;
   LaunchDims d;
   int entry;
+  SparsePrefillArgs a = args;
+  a.split_first = 0;
+  a.split_parts = 1;
   if (path == Path::sm90) {
     const Sm90Plan plan = sm90_plan(p);
     entry = kEntrySm90;
     d.block[0] = static_cast<unsigned>(plan.threads);
     d.smem_bytes = static_cast<unsigned>(plan.smem_bytes);
+    const int64_t items = args.num_tokens * plan.head_tiles;
+    split.first = split.units = items;
+    if (plan.persistent && args.partials != nullptr && args.partial_slots > 0) {
+      const int64_t budget = grid_ctas > 0 ? grid_ctas : std::max(1, Runtime::global().sm_count());
+      split = tail_split(items, budget, args.partial_slots, args.indices_stride, max_split_parts);
+      if (split.parts > 1) {
+        MLAJIT_EXPECT(split.units <= INT_MAX, "q dim 0 (tokens)", args.num_tokens,
+                      fmt::format("at most {} items with the tail split", INT_MAX));
+        a.split_first = static_cast<int>(split.first);
+        a.split_parts = split.parts;
+        ctas = std::min(split.units, budget);
+      }
+    }
   } else {
     const Sm80Plan plan = sm80_plan(p);
     entry = kEntrySm80;
@@ -365,7 +424,16 @@ void launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, const
     d.smem_bytes = static_cast<unsigned>(plan.smem_bytes);
   }
   d.grid[0] = static_cast<unsigned>(ctas);
-  kernel.launch(entry, d, stream, args);
+  kernel.launch(entry, d, stream, a);
+  if (a.split_parts > 1) {
+    // One CTA per (split item, head row of the tile), 4 dims per thread.
+    LaunchDims c;
+    c.block[0] = static_cast<unsigned>(kCombineThreads);
+    c.grid[0] = static_cast<unsigned>(split.units - split.first) / static_cast<unsigned>(split.parts);
+    c.grid[1] = static_cast<unsigned>(sm90_plan(p).heads_per_cta);
+    kernel.launch(kEntrySm90Combine, c, stream, a);
+  }
+  return split;
 }
 
 void run(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCacheView& kv, const TensorView& indices,
@@ -374,6 +442,7 @@ void run(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCach
          StageRows stage_rows) {
   SparsePrefillArgs args = make_args(p, q, kv, indices, topk_lengths, layer_idx, softmax_scale, attn_sink, out, lse);
   const SparsePrefillStageArgs stage_args = make_stage_args(p, kv, workspace, args);
+  bind_partials(p, kv, workspace, args);
   if (args.num_tokens == 0) return;  // nothing to compute: no compile, no launch
   Runtime& rt = Runtime::global();
   Path chosen = resolve_path(p, rt.arch(), path);

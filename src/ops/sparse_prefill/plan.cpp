@@ -90,7 +90,7 @@ SparsePrefillParams attention_params(const SparsePrefillParams& p) {
   return a;
 }
 
-size_t workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks, const char* field) {
+size_t staged_bytes(const SparsePrefillParams& p, int64_t num_blocks, const char* field) {
   if (p.kv_staging != KvStaging::bf16) return 0;
   MLAJIT_EXPECT(num_blocks <= kMaxStagedRows / p.page_size, field, num_blocks,
                 fmt::format("at most 2^31 / page_size = {} with params.kv_staging bf16 (the staged copy is indexed "
@@ -98,6 +98,17 @@ size_t workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks, const c
                             kMaxStagedRows / p.page_size));
   const auto rows = static_cast<size_t>(num_blocks) * static_cast<size_t>(p.page_size);
   return rows * 576 * 2 + (static_cast<size_t>(num_blocks) + 15) / 16 * 16;
+}
+
+size_t partials_offset(const SparsePrefillParams& p, int64_t num_blocks) {
+  return (staged_bytes(p, num_blocks) + 255) / 256 * 256;
+}
+
+size_t workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks, const char* field) {
+  const size_t staged = staged_bytes(p, num_blocks, field);
+  const bool persistent = sm90_supported(p) && sm90_plan(p).persistent;
+  if (!persistent) return staged;
+  return partials_offset(p, num_blocks) + static_cast<size_t>(kMaxSplitSlots * kPartialSlotBytes);
 }
 
 Sm90Plan sm90_plan(const SparsePrefillParams& spec_params) {

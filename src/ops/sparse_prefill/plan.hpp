@@ -15,13 +15,17 @@ namespace mlajit::sparse_prefill {
 constexpr int kEntrySm80 = 0;  // portable mma.sync path (always present; a trapping guard for qk_math fp8)
 constexpr int kEntrySm90 = 1;  // Hopper wgmma path (present when sm90_supported(p))
 
-// kv_staging bf16 only (templates/sparse_prefill/stage_bf16.cuh), after the two attention entries:
-constexpr int kEntryStageClear = 2;    // zero the row flags
-constexpr int kEntryStageMark = 3;     // flag the rows valid slots select
-constexpr int kEntryStageConvert = 4;  // fp8 rows (flagged, or all) -> the bf16 copy
+// The persistent Hopper kernel's modules (Sm90Plan::persistent: a bf16 cache or kv_staging bf16):
+constexpr int kEntrySm90Combine = 2;   // merges the parts of tail-split items (a guard in portable modules)
+// kv_staging bf16 only (templates/sparse_prefill/stage_bf16.cuh), after the combine entry:
+constexpr int kEntryStageClear = 3;    // zero the row flags
+constexpr int kEntryStageMark = 4;     // flag the rows valid slots select
+constexpr int kEntryStageConvert = 5;  // fp8 rows (flagged, or all) -> the bf16 copy
 
 constexpr const char* kSymbolSm80 = "mlajit_sparse_prefill_sm80";
 constexpr const char* kSymbolSm90 = "mlajit_sparse_prefill_sm90";
+constexpr const char* kSymbolSm90Combine = "mlajit_sparse_prefill_sm90_combine";
+constexpr int kCombineThreads = 128;  // sm90.cuh kCombineThreads
 constexpr const char* kSymbolStageClear = "mlajit_sparse_prefill_stage_clear";
 constexpr const char* kSymbolStageMark = "mlajit_sparse_prefill_stage_mark";
 constexpr const char* kSymbolStageConvert = "mlajit_sparse_prefill_stage_convert";
@@ -34,11 +38,19 @@ SparsePrefillParams attention_params(const SparsePrefillParams& p);
 // kv_staging bf16: encoded indices are int32 (SPEC §3 validity), so a layer of more rows than this
 // could not be addressed; its staged copy is refused (such a pool would hold over 1.2 TB anyway).
 constexpr int64_t kMaxStagedRows = int64_t{1} << 31;
-// kv_staging bf16: the caller's workspace holds the bf16 copy (num_blocks * page_size rows of 576
-// elements, 1152 bytes each) and then one flag byte per page (block), rounded up to 16 bytes. 0
-// otherwise.
-// A pool beyond kMaxStagedRows is an Error naming `field`.
+// The workspace of ops::sparse_prefill, in this order (each part 256-byte aligned):
+// - kv_staging bf16: the bf16 copy (num_blocks * page_size rows of 576 elements, 1152 bytes each),
+//   then one flag byte per page (block), rounded up to 16 bytes: staged_bytes(). Required.
+// - the persistent Hopper kernel (Sm90Plan::persistent): kMaxSplitSlots partial slots of
+//   kPartialSlotBytes for its tail split (launch() splits only within the slots the workspace
+//   holds; none: no split). Optional.
+// workspace_bytes = both. A pool beyond kMaxStagedRows is an Error naming `field`.
+constexpr int64_t kPartialSlotBytes = 64 * (512 + 2) * 4;  // sm90.cuh kPartialSlotFloats * 4
+constexpr int64_t kMaxSplitSlots = 256;                    // parts in flight <= the grid <= the SMs
+size_t staged_bytes(const SparsePrefillParams& p, int64_t num_blocks, const char* field = "num_blocks");
 size_t workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks, const char* field = "num_blocks");
+// Where the partial slots start in the workspace (staged_bytes rounded up to 256).
+size_t partials_offset(const SparsePrefillParams& p, int64_t num_blocks);
 
 // The portable kernel (templates/sparse_prefill/sm80.cuh): one CTA per (token, head tile).
 struct Sm80Plan {

@@ -93,7 +93,8 @@ class PrefillWorkload : public Workload {
     }
     out_ = DeviceBuffer(static_cast<size_t>(tokens_) * H * p.v_depth * 2);
     if (p.emit_lse) lse_ = DeviceBuffer(static_cast<size_t>(tokens_) * H * 4);
-    // kv_staging bf16: the staged copy (the knobs do not change its size).
+    // kv_staging bf16: the staged copy; the persistent kernel: its tail split's partial slots (the knobs do
+    // not change the size).
     if (const size_t ws = ops::sparse_prefill_workspace_bytes(p, num_blocks_)) workspace_ = DeviceBuffer(ws);
   }
 
