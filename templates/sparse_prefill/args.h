@@ -24,14 +24,14 @@ struct SparsePrefillArgs {
   float sm_scale;               // softmax scale
   float sm_scale_log2e;         // sm_scale * log2(e), for the exp2-domain softmax
   // Tail split (the persistent Hopper kernel only; templates/sparse_prefill/sm90.cuh "Tail split").
-  // Items (token x head tile) from split_first on run as split_parts parts each, part j taking steps
-  // [j S / parts, (j + 1) S / parts) of the item's S; a part writes its f32 accumulator, running max
-  // and row sum to partial slot (item - split_first) * parts + j, and the combine entry reduces the
-  // slots into out and lse. split_parts 1: no split, partials unused.
+  // Items (token x head tile) from split_first on run as parts = 2^split_shift parts each, part j
+  // taking steps [j S / parts, (j + 1) S / parts) of the item's S; a part writes its f32
+  // accumulator, running max and row sum to partial slot (item - split_first) * parts + j, and the
+  // combine entry reduces the slots into out and lse. split_shift 0: no split (split_first = items).
   float* partials;              // f32 slots of 64 x 514: o [64 rows][512], then (m, l) [64 rows][2]; or null
   long long partial_slots;      // slots `partials` holds (host only: launch() picks the split within it)
   int split_first;              // first split item
-  int split_parts;              // parts per split item (1: none)
+  int split_shift;              // log2 of the parts per split item (0: none)
 };
 
 // Kernel argument struct of the fp8 -> bf16 staging kernels (params kv_staging bf16,

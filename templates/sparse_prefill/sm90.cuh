@@ -13,7 +13,7 @@
 //               (= num_tokens * NUM_HEADS / Cfg::kHeadsPerCta; token-major: the CTAs of one token
 //                are adjacent so they read its gathered rows from L2 together);
 //               Cfg::kPersistent (bf16): any grid up to that, the op launches min(items, SMs);
-//               with a tail split (args.split_parts > 1) the walk covers units instead, and
+//               with a tail split (args.split_shift > 0) the walk covers units instead, and
 //               mlajit_sparse_prefill_sm90_combine (combine<Cfg>, kCombineThreads) runs after it
 //               on grid (split items, kHeadsPerCta)
 //         block = (Cfg::kThreads = 384, 1, 1)
@@ -95,7 +95,7 @@
 //   epilogue stores O from registers (8 bytes per lane, one shuffle per pair) because the query
 //   space may already hold the next item. Per item this hides the CTA launch, the topk length ->
 //   index -> first gather chain and the query load: 11.2K -> 8.2K cycles of fixed cost per item
-//   (notes 38). Tail split (args.split_parts > 1, given partial slots by the host): the items of
+//   (notes 38). Tail split (args.split_shift > 0, given partial slots by the host): the items of
 //   the walk's last round run as parts (step ranges) on the CTAs that would otherwise idle, each
 //   part writing its raw f32 state to a slot; the combine entry merges them (unit_item, combine).
 // fp8 decode, unit / per-row scales and power-of-two groups of 192 (C::kF16): one
@@ -1123,22 +1123,23 @@ struct CtaWork {
   int head0, topk_len, steps;
   int step0, slot;
 };
-// Tail split (persistent kernel; args.split_parts > 1). The walk goes over units: unit u <
-// split_first is item u, whole; the units after it are the parts of items split_first, ...:
-// unit split_first + k is part k % split_parts of item split_first + k / split_parts, and
-// writes partial slot k. Why: items = tokens x head tiles rarely divide by the grid (4096 tokens x
+// Tail split (persistent kernel; args.split_shift > 0, parts = 2^split_shift). The walk goes over
+// units: unit u < split_first is item u, whole; the units after it are the parts of items
+// split_first, ...: unit split_first + k is part k % parts of item split_first + k / parts, and
+// writes partial slot k. (Powers of two: shifts instead of divisions in every role's walk; with
+// divisions the kernel grew by ~800 SASS instructions and its cold compile by ~0.3 s.) Why: items = tokens x head tiles rarely divide by the grid (4096 tokens x
 // 2 tiles on 132 SMs: 62 rounds and 8 items left), so without a split the last round runs a few
 // whole items on a few SMs while the others idle, ~1/63 of the kernel. Split into parts, the
 // tail items spread over the whole grid; the combine entry merges the parts (notes 40).
 template <class C>
 MJ_DEVICE int unit_item(const SparsePrefillArgs& a, int u) {
-  return a.split_parts > 1 && u >= a.split_first ? a.split_first + (u - a.split_first) / a.split_parts : u;
+  return u >= a.split_first ? a.split_first + ((u - a.split_first) >> a.split_shift) : u;
 }
 // Units of the walk (the host keeps this <= INT_MAX).
 template <class C>
 MJ_DEVICE int unit_count(const SparsePrefillArgs& a) {
   const int items = static_cast<int>(a.num_tokens) * C::kCtasPerToken;
-  return a.split_parts > 1 ? a.split_first + (items - a.split_first) * a.split_parts : items;
+  return a.split_first + ((items - a.split_first) << a.split_shift);
 }
 // Unit `u` (item unit_item(u): token item / kCtasPerToken, head tile item % kCtasPerToken) given its
 // topk_lengths value. Item indices are 32-bit: the host keeps tokens * head tiles <= INT_MAX.
@@ -1153,10 +1154,10 @@ MJ_DEVICE CtaWork item_work(const SparsePrefillArgs& args, int u, u32 len) {
   w.steps = (w.topk_len + 2 * kBlockKeys - 1) / (2 * kBlockKeys);
   w.step0 = 0;
   w.slot = -1;
-  if (args.split_parts > 1 && u >= args.split_first) {
-    const int k = u - args.split_first, part = k % args.split_parts;
-    const int first = static_cast<int>(static_cast<i64>(part) * w.steps / args.split_parts);
-    const int end = static_cast<int>(static_cast<i64>(part + 1) * w.steps / args.split_parts);
+  if (args.split_shift > 0 && u >= args.split_first) {
+    const int k = u - args.split_first, part = k & ((1 << args.split_shift) - 1);
+    const int first = static_cast<int>((static_cast<i64>(part) * w.steps) >> args.split_shift);
+    const int end = static_cast<int>((static_cast<i64>(part + 1) * w.steps) >> args.split_shift);
     w.step0 = first;
     w.steps = end - first;
     w.slot = k;
@@ -1443,38 +1444,36 @@ MJ_DEVICE float load_q(const SparsePrefillArgs& a, const Smem& s, i64 token, int
 }
 
 // ---- tail split: partial slots and their combine ----------------------------------------------------
-// A slot: o f32 [64 rows][512] (the unnormalised accumulator, both warpgroups' columns), then (m, l)
-// f32 [64 rows][2]: the running max in the kernel's exp2 units (score x softmax scale x log2 e) and
-// the row sum of both warpgroups. A part without a valid slot writes l = 0 (m = kMaxInit).
+// A slot: o f32 in the accumulator's register order, [wg 2][warp 4][kk 16][lane 32][8] (each thread's
+// o[8 kk .. 8 kk + 7] as two 16-byte stores: no address arithmetic per element and no per-row
+// predicates; in the natural [64][512] order the stores' code doubled NVVM's time on the kernel),
+// then (m, l) f32 [64 rows][2]: the running max in the kernel's exp2 units (score x softmax scale x
+// log2 e) and the row sum of both warpgroups. Rows past kHeadsPerCta are written too (the slot
+// has 64) and never read. A part without a valid slot writes l = 0 (m = kMaxInit).
 constexpr long long kPartialSlotFloats = 64LL * (kVDim + 2);
 template <class C>
-MJ_DEVICE void store_partial(const SparsePrefillArgs& a, const Lane& ln, int slot, const float (&o)[128], float m0,
-                             float m1, float L0, float L1) {
+MJ_DEVICE void store_partial(const SparsePrefillArgs& a, const Lane& ln, int lane, int slot, const float (&o)[128],
+                             float m0, float m1, float L0, float L1) {
   static_assert(C::kPersistent && !C::kFp8, "partials hold the bf16 kernel's unscaled accumulator");
   float* base = a.partials + static_cast<i64>(slot) * kPartialSlotFloats;
-  // Accumulator layout: in 16-column group kk a lane holds columns 2 tig, 2 tig + 1 (A) and 8 + 2 tig,
-  // + 1 (B) of rows r0 (o[8 kk + 0, 1, 4, 5]) and r1 (o[8 kk + 2, 3, 6, 7]). Plain stores: the
-  // combine re-reads them from L2 right after the kernel.
-  const int col = 256 * ln.wg + 2 * ln.tig;
-  float* row0 = base + ln.r0 * kVDim + col;
-  float* row1 = base + ln.r1 * kVDim + col;
-  const bool valid0 = ln.r0 < C::kHeadsPerCta, valid1 = ln.r1 < C::kHeadsPerCta;
+  float4* mine = reinterpret_cast<float4*>(base + (ln.wg * 4 + ln.w) * (16 * 32 * 8) + lane * 8);
 #pragma unroll
   for (int kk = 0; kk < 16; ++kk) {
-    if (valid0) {
-      *reinterpret_cast<float2*>(row0 + 16 * kk) = make_float2(o[8 * kk + 0], o[8 * kk + 1]);
-      *reinterpret_cast<float2*>(row0 + 16 * kk + 8) = make_float2(o[8 * kk + 4], o[8 * kk + 5]);
-    }
-    if (valid1) {
-      *reinterpret_cast<float2*>(row1 + 16 * kk) = make_float2(o[8 * kk + 2], o[8 * kk + 3]);
-      *reinterpret_cast<float2*>(row1 + 16 * kk + 8) = make_float2(o[8 * kk + 6], o[8 * kk + 7]);
-    }
+    mine[kk * 64] = make_float4(o[8 * kk + 0], o[8 * kk + 1], o[8 * kk + 2], o[8 * kk + 3]);
+    mine[kk * 64 + 1] = make_float4(o[8 * kk + 4], o[8 * kk + 5], o[8 * kk + 6], o[8 * kk + 7]);
   }
   if (ln.wg == 0 && ln.tig == 0) {
     float* ml = base + 64 * kVDim;
-    if (valid0) *reinterpret_cast<float2*>(ml + 2 * ln.r0) = make_float2(m0, L0);
-    if (valid1) *reinterpret_cast<float2*>(ml + 2 * ln.r1) = make_float2(m1, L1);
+    *reinterpret_cast<float2*>(ml + 2 * ln.r0) = make_float2(m0, L0);
+    *reinterpret_cast<float2*>(ml + 2 * ln.r1) = make_float2(m1, L1);
   }
+}
+// Where dims d, d + 1 (d even) of row r sit in a slot's o: warpgroup d / 256, warp r / 16, kk = (d % 256)
+// / 16, lane 4 (r % 8) + (d % 8) / 2, element 2 (r % 16 >= 8) + 4 (d % 16 >= 8) (and + 1).
+MJ_DEVICE int partial_offset(int r, int d) {
+  const int wg = d >> 8, w = r >> 4, kk = (d >> 4) & 15, lane = 4 * (r & 7) + ((d & 7) >> 1);
+  const int e = 2 * ((r >> 3) & 1) + 4 * ((d >> 3) & 1);
+  return (((wg * 4 + w) * 16 + kk) * 32 + lane) * 8 + e;
 }
 
 // The combine entry (launched after the attention kernel when it split its tail): CTA (x, y) merges
@@ -1486,7 +1485,7 @@ constexpr int kCombineThreads = 128;
 template <class C>
 MJ_DEVICE void combine(const SparsePrefillArgs& a) {
   const int x = static_cast<int>(blockIdx.x), r = static_cast<int>(blockIdx.y);
-  const int item = a.split_first + x, parts = a.split_parts;
+  const int item = a.split_first + x, parts = 1 << a.split_shift;
   const i64 token = item / C::kCtasPerToken;
   const int head0 = (item % C::kCtasPerToken) * C::kHeadsPerCta;
   const float* slots = a.partials + static_cast<i64>(x) * parts * kPartialSlotFloats;
@@ -1504,11 +1503,12 @@ MJ_DEVICE void combine(const SparsePrefillArgs& a) {
     if (ml.y > 0.0f) {
       const float w = ex2(ml.x - M);
       L += w * ml.y;
-      const float4 v = __ldg(reinterpret_cast<const float4*>(slot + r * kVDim + d));
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-      acc.z += w * v.z;
-      acc.w += w * v.w;
+      const float2 v0 = __ldg(reinterpret_cast<const float2*>(slot + partial_offset(r, d)));
+      const float2 v1 = __ldg(reinterpret_cast<const float2*>(slot + partial_offset(r, d + 2)));
+      acc.x += w * v0.x;
+      acc.y += w * v0.y;
+      acc.z += w * v1.x;
+      acc.w += w * v1.y;
     }
   }
   float f = 0.0f;  // no valid slot: out = 0 whatever the sink
@@ -1559,7 +1559,7 @@ MJ_DEVICE void finish(const SparsePrefillArgs& a, const Smem& s, const Lane& ln,
   if constexpr (C::kPersistent) sm90::mbar_arrive(s.rowsum_read);
   if constexpr (C::kPersistent) {
     if (slot >= 0) {  // a tail-split part: its raw state, for the combine entry
-      store_partial<C>(a, ln, slot, o, m0, m1, L0, L1);
+      store_partial<C>(a, ln, lane, slot, o, m0, m1, L0, L1);
       return;
     }
   }

@@ -599,11 +599,14 @@ TEST_CASE("sparse_prefill tail split: the last round's items in parts that fill 
   CHECK(sp.first == 8184);
   CHECK(sp.parts == 8);
   CHECK(sp.units == 8184 + 64);
-  // Fewer items than CTAs: every item is split, the parts run side by side.
+  // Fewer items than CTAs: every item is split, the parts run side by side; parts are powers of two
+  // (132 / 20 = 6 -> 4).
   sp = tail_split(20, 132, 256, 2048);
   CHECK(sp.first == 0);
-  CHECK(sp.parts == 6);  // 132 / 20
-  CHECK(sp.units == 120);
+  CHECK(sp.parts == 4);
+  CHECK(sp.units == 80);
+  CHECK(tail_split(9, 132, 256, 2048).parts == 8);   // 14 -> 8 (and the step limit 8)
+  CHECK(tail_split(8192, 132, 256, 2048, 6).parts == 4);
   // Limits: the slots, the steps of a full-length item, the caller's cap.
   CHECK(tail_split(20, 132, 40, 2048).parts == 2);
   CHECK(tail_split(20, 132, 256, 512).parts == 2);   // 4 steps: 2 parts of 2

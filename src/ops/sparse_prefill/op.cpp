@@ -152,8 +152,8 @@ SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, c
   a.sm_scale_log2e = static_cast<float>(static_cast<double>(softmax_scale) * 1.4426950408889634);
   a.partials = nullptr;  // bind_partials
   a.partial_slots = 0;
-  a.split_first = 0;     // launch(): no split unless it picks one
-  a.split_parts = 1;
+  a.split_first = 0;  // launch() sets the split; shift 0 = none (every unit is its own item)
+  a.split_shift = 0;
   return a;
 }
 
@@ -257,9 +257,12 @@ TailSplit tail_split(int64_t items, int64_t grid, int64_t slots, int64_t indices
   // its slot's 128 KB) is worth about one step, so one-step parts would gain little over two-step
   // ones and double the combine's reads. An explicit cap replaces that rule (one step per part at
   // least).
-  int64_t parts = std::min(grid / r, slots / r);
-  parts = std::min<int64_t>(parts, max_parts > 0 ? std::min<int64_t>(max_parts, std::max<int64_t>(1, indices_stride / 128))
+  int64_t limit = std::min(grid / r, slots / r);
+  limit = std::min<int64_t>(limit, max_parts > 0 ? std::min<int64_t>(max_parts, std::max<int64_t>(1, indices_stride / 128))
                                                  : std::max<int64_t>(1, indices_stride / 256));
+  // A power of two (the kernel walks units with shifts): the largest one within the limit.
+  int64_t parts = 1;
+  while (parts * 2 <= limit) parts *= 2;
   if (parts < 2) return sp;
   sp.first = items - r;
   sp.parts = static_cast<int>(parts);
@@ -398,7 +401,7 @@ TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, 
   int entry;
   SparsePrefillArgs a = args;
   a.split_first = 0;
-  a.split_parts = 1;
+  a.split_shift = 0;
   if (path == Path::sm90) {
     const Sm90Plan plan = sm90_plan(p);
     entry = kEntrySm90;
@@ -413,7 +416,7 @@ TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, 
         MLAJIT_EXPECT(split.units <= INT_MAX, "q dim 0 (tokens)", args.num_tokens,
                       fmt::format("at most {} items with the tail split", INT_MAX));
         a.split_first = static_cast<int>(split.first);
-        a.split_parts = split.parts;
+        while ((1 << a.split_shift) < split.parts) ++a.split_shift;  // tail_split gives a power of two
         ctas = std::min(split.units, budget);
       }
     }
@@ -425,7 +428,7 @@ TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, 
   }
   d.grid[0] = static_cast<unsigned>(ctas);
   kernel.launch(entry, d, stream, a);
-  if (a.split_parts > 1) {
+  if (split.parts > 1) {
     // One CTA per (split item, head row of the tile), 4 dims per thread.
     LaunchDims c;
     c.block[0] = static_cast<unsigned>(kCombineThreads);
