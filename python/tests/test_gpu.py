@@ -206,7 +206,8 @@ def test_staged_fp8_prefill_is_the_bf16_kernel_on_the_dequantized_cache():
     want_o, want_l = mlajit.ops.sparse_prefill(PREFILL_OP, q, deq, idx, lengths, softmax_scale=scale, layer_idx=1)
     o1, l1 = mlajit.ops.sparse_prefill(staged, q, kv8, idx, lengths, kv_scales=sc, softmax_scale=scale, layer_idx=1)
     n = mlajit.ops.prefill_workspace_bytes(staged, NB)
-    assert n == NB * PAGE * 1152 + (NB + 15) // 16 * 16
+    staged_part = NB * PAGE * 1152 + (NB + 15) // 16 * 16  # then the tail split's 256 slots of 64 x 514 floats
+    assert n == (staged_part + 255) // 256 * 256 + 256 * 64 * 514 * 4
     ws = torch.full(((n + 3) // 4,), -1, dtype=torch.int32, device="cuda")  # NaN rows, every flag set
     o2, l2 = mlajit.ops.sparse_prefill(staged, q, kv8, idx, lengths, kv_scales=sc, softmax_scale=scale, layer_idx=1,
                                        workspace=ws)
@@ -220,10 +221,46 @@ def test_staged_fp8_prefill_is_the_bf16_kernel_on_the_dequantized_cache():
     assert not torch.isnan(want_o.float()).any()
     for o, l in ((o1, l1), (o2, l2), (o3, l3)):
         assert same_bits(o, want_o) and same_bits(l, want_l)
-    # Too small a workspace: a clear error naming it, nothing launched.
+    # Smaller than the staged copy: a clear error naming it, nothing launched.
     with pytest.raises(mlajit.InvalidArgumentError, match="workspace size"):
         mlajit.ops.sparse_prefill(staged, q, kv8, idx, lengths, kv_scales=sc, softmax_scale=scale, layer_idx=1,
-                                  workspace=ws[:-8])
+                                  workspace=ws[:staged_part // 4 - 4])
+
+
+def test_prefill_tail_split_runs_in_the_workspace():
+    """The bf16 kernel splits its last round of items over the GPU in the workspace's partial slots:
+    20 tokens x 2 head tiles on an H100's 132 SMs run as 2 parts each. The workspace allocated by
+    mlajit or given (poisoned) gives the same bits; without one (the C entry point without a
+    workspace) the kernel runs unsplit and agrees to f32 rounding."""
+    g = torch.Generator(device="cuda").manual_seed(9)
+    T, stride = 20, 512
+    kv = torch.randn(NB, 1, LAYERS, PAGE, 1, 576, generator=g, device="cuda").to(torch.bfloat16)
+    q = torch.randn(T, 128, 576, generator=g, device="cuda").to(torch.bfloat16)
+    idx = torch.randint(0, NB * PAGE, (T, stride), generator=g, device="cuda", dtype=torch.int32)
+    idx[::4, 300:] = -1
+    lengths = torch.randint(0, stride + 40, (T,), generator=g, device="cuda", dtype=torch.int32).view(torch.uint32)
+    lengths[3] = 0
+    scale = 576 ** -0.5
+    n = mlajit.ops.prefill_workspace_bytes(PREFILL_OP, NB)
+    assert n == 256 * 64 * 514 * 4
+    o1, l1 = mlajit.ops.sparse_prefill(PREFILL_OP, q, kv, idx, lengths, softmax_scale=scale, layer_idx=1)
+    ws = torch.full(((n + 3) // 4,), -1, dtype=torch.int32, device="cuda")  # NaN slots
+    o2, l2 = mlajit.ops.sparse_prefill(PREFILL_OP, q, kv, idx, lengths, softmax_scale=scale, layer_idx=1,
+                                       workspace=ws)
+    o3 = torch.empty_like(o1)
+    l3 = torch.empty_like(l1)
+    check(lib.mlajit_sparse_prefill(op_handle(PREFILL), ct(q), cc(kv), ct(idx.view(torch.uint32)), ct(lengths), 1,
+                                    ctypes.c_float(scale), None, ct(o3), ct(l3), stream()))
+    torch.cuda.synchronize()
+    assert same_bits(o1, o2) and same_bits(l1, l2)
+    assert torch.isfinite(o1.float()).all() and not torch.isnan(l1).any()
+    if torch.cuda.get_device_properties(0).major == 9:  # the split is the Hopper kernel's
+        assert not same_bits(o1, o3)  # split: other roundings than the unsplit kernel
+    rel = ((o1.float() - o3.float()).norm() / o3.float().norm()).item()
+    assert rel < 4e-3, rel
+    finite = torch.isfinite(l3)
+    assert torch.equal(finite, torch.isfinite(l1))
+    assert (l1[finite] - l3[finite]).abs().max().item() < 1e-5
 
 
 def test_library_errors_reach_python():
