@@ -59,7 +59,7 @@ void mla_indexer(const MlaIndexerParams& p, const TensorView& q, const TensorVie
 //   launch and the bf16 kernel reads them there;
 // - the persistent Hopper kernel (a bf16 cache, or kv_staging bf16, on sm_90a) splits the last
 //   round of its items over the whole GPU where the workspace holds its partial slots (~33.7 MB;
-//   +1-1.5 % at 4096 tokens x 2 head tiles on 132 SMs, much more for batches of fewer items than
+//   +0.7-1.2 % at 4096 tokens x 2 head tiles on an H100, 1.05-1.19x for batches of fewer items than
 //   SMs) and runs unsplit without them.
 // sparse_prefill_workspace_bytes is 0 for the other specs.
 size_t sparse_prefill_workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks);
