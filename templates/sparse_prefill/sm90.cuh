@@ -1127,10 +1127,11 @@ struct CtaWork {
 // units: unit u < split_first is item u, whole; the units after it are the parts of items
 // split_first, ...: unit split_first + k is part k % parts of item split_first + k / parts, and
 // writes partial slot k. (Powers of two: shifts instead of divisions in every role's walk; with
-// divisions the kernel grew by ~800 SASS instructions and its cold compile by ~0.3 s.) Why: items = tokens x head tiles rarely divide by the grid (4096 tokens x
-// 2 tiles on 132 SMs: 62 rounds and 8 items left), so without a split the last round runs a few
-// whole items on a few SMs while the others idle, ~1/63 of the kernel. Split into parts, the
-// tail items spread over the whole grid; the combine entry merges the parts (notes 40).
+// divisions the kernel grew by ~800 SASS instructions and its cold compile by ~0.3 s.)
+// Why: items = tokens x head tiles rarely divide by the grid (4096 tokens x 2 tiles on 132 SMs: 62
+// rounds and 8 items left), so without a split the last round runs a few whole items on a few SMs
+// while the others idle, ~1/63 of the kernel. Split into parts, the tail items spread over the
+// whole grid; the combine entry merges the parts (notes 40).
 template <class C>
 MJ_DEVICE int unit_item(const SparsePrefillArgs& a, int u) {
   return u >= a.split_first ? a.split_first + ((u - a.split_first) >> a.split_shift) : u;
