@@ -149,9 +149,11 @@ mlajit_status mlajit_sparse_prefill(mlajit_op op, const mlajit_tensor* q, const 
 /* `workspace`: device memory, 16-byte aligned, of mlajit_sparse_prefill_workspace_bytes bytes for
  * the cache's num_blocks = kv->blocks dim 0 (ops.hpp sparse_prefill has the layout). params.kv_staging
  * "bf16" requires it: the op converts the fp8 rows its indices select into a bf16 copy there and runs
- * the bf16 kernel on it. The bf16 kernel on sm_90a (a bf16 cache or kv_staging "bf16") also splits
- * its last round of items over the GPU in it, and runs unsplit with NULL or a workspace holding only
- * the staged part. The size is 0 for the other ops (fp8 cache without staging, FP8 math).
+ * the bf16 kernel on it. The persistent bf16 kernel (a bf16 cache or kv_staging "bf16"; it runs on
+ * sm_90a, the size is the same on any device) also splits its last round of items over the GPU in
+ * it, and runs unsplit with NULL or a workspace holding only the staged part; launches that may
+ * overlap (other streams) must not share a workspace. The size is 0 for the other ops (fp8 cache
+ * without staging, FP8 math), which do not look at the workspace.
  * mlajit_sparse_prefill is this without a workspace: it refuses a kv_staging "bf16" op with
  * MLAJIT_ERROR_INVALID_ARGUMENT naming mlajit_sparse_prefill_ws. */
 mlajit_status mlajit_sparse_prefill_workspace_bytes(mlajit_op op, int64_t num_blocks, size_t* bytes);

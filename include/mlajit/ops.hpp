@@ -60,7 +60,8 @@ void mla_indexer(const MlaIndexerParams& p, const TensorView& q, const TensorVie
 // - the persistent Hopper kernel (a bf16 cache, or kv_staging bf16, on sm_90a) splits the last
 //   round of its items over the whole GPU where the workspace holds its partial slots (~33.7 MB;
 //   +0.7-1.2 % at 4096 tokens x 2 head tiles on an H100, 1.05-1.19x for batches of fewer items than
-//   SMs) and runs unsplit without them.
+//   SMs) and runs unsplit without them. Launches that may overlap (other streams) must not share a
+//   workspace. The size depends on the spec only (off sm_90a the slots are unused).
 // sparse_prefill_workspace_bytes is 0 for the other specs.
 size_t sparse_prefill_workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks);
 void sparse_prefill(const SparsePrefillParams& p, const TensorView& q, const PagedCacheView& kv,

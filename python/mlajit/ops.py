@@ -45,6 +45,14 @@ def _eager_device(t):
     return None if isinstance(t, _Tensor) or _is_dynamo_compiling() else -1
 
 
+def _scratch_in_use_on(scratch, stream, device):
+    """A workspace allocated here from torch's current stream but used by a launch on another
+    CUstream (stream=): torch's caching allocator must not hand its memory out again before that
+    stream is done with it."""
+    if scratch is not None and stream is not None and device >= 0:
+        scratch.record_stream(torch.cuda.ExternalStream(int(stream), device=device))
+
+
 def cuda_device(t):
     """t's CUDA device index (the custom ops' real implementations run on any torch tensor)."""
     if not t.is_cuda:
@@ -174,10 +182,13 @@ def mla_indexer(spec, q, qs, input_row_offsets, k_blocks, k_scales, k_lookup_tab
     op = get_op(spec, "mla_indexer")
     if out is None:
         out = indexer_output(op, q)
-    if workspace is None:
+    own = workspace is None
+    if own:
         workspace = indexer_workspace(op, q, max_keys_per_seq)
     _launch.mla_indexer(op.handle, device, stream, q, qs, input_row_offsets, k_blocks, k_scales, k_lookup_table,
                         k_cache_lengths, layer_idx, max_keys_per_seq, out, workspace)
+    if own:
+        _scratch_in_use_on(workspace, stream, device)
     return out
 
 
@@ -189,7 +200,8 @@ def sparse_prefill(spec, q, kv_blocks, indices, topk_lengths, *, softmax_scale, 
     workspace: device scratch of prefill_workspace_bytes(spec, kv_blocks.shape[0]) bytes, 16-byte
     aligned (allocated per call when not given; pass one to reuse it, e.g. across layers or in a
     CUDA graph). kv_staging "bf16" requires its staged part; the tail split of the bf16 kernel
-    uses the rest where present.
+    (sm_90a) writes its partial slots in the rest where present, so launches that may overlap
+    (other streams) must not share one.
     Under torch.compile (the torch.ops.mlajit path) the custom op allocates its own per call and a
     given workspace is not used."""
     device = _eager_device(q)
@@ -207,10 +219,13 @@ def sparse_prefill(spec, q, kv_blocks, indices, topk_lengths, *, softmax_scale, 
         lse = lse if lse is not None else lse_new
     elif lse is None and op.params.get("emit_lse", True):
         lse = prefill_outputs(op, q)[1]
-    if workspace is None:
+    own = workspace is None
+    if own:
         workspace = prefill_workspace(op, kv_blocks)
     _launch.sparse_prefill(op.handle, device, stream, q, kv_blocks, kv_scales, indices, topk_lengths, layer_idx,
                            softmax_scale, attn_sink, out, lse, workspace)
+    if own:
+        _scratch_in_use_on(workspace, stream, device)
     return out, lse
 
 

@@ -261,6 +261,16 @@ def test_prefill_tail_split_runs_in_the_workspace():
     finite = torch.isfinite(l3)
     assert torch.equal(finite, torch.isfinite(l1))
     assert (l1[finite] - l3[finite]).abs().max().item() < 1e-5
+    # On another stream (stream=): the workspace allocated here is recorded on that stream, so
+    # torch does not reuse its memory before the launch there is done; same bits.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    o4, l4 = mlajit.ops.sparse_prefill(PREFILL_OP, q, kv, idx, lengths, softmax_scale=scale, layer_idx=1,
+                                       stream=side.cuda_stream)
+    junk = torch.full(((n + 3) // 4,), -1, dtype=torch.int32, device="cuda")  # would reuse a freed workspace
+    side.synchronize()
+    del junk
+    assert same_bits(o1, o4) and same_bits(l1, l4)
 
 
 def test_library_errors_reach_python():

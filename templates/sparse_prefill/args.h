@@ -27,7 +27,7 @@ struct SparsePrefillArgs {
   // Items (token x head tile) from split_first on run as parts = 2^split_shift parts each, part j
   // taking steps [j S / parts, (j + 1) S / parts) of the item's S; a part writes its f32
   // accumulator, running max and row sum to partial slot (item - split_first) * parts + j, and the
-  // combine entry reduces the slots into out and lse. split_shift 0: no split (split_first = items).
+  // combine entry reduces the slots into out and lse. split_shift 0: no split (split_first unused).
   float* partials;              // f32 slots of 64 x 514: o [64 rows][512], then (m, l) [64 rows][2]; or null
   long long partial_slots;      // slots `partials` holds (host only: launch() picks the split within it)
   int split_first;              // first split item

@@ -182,12 +182,29 @@ TEST_CASE("sparse_prefill kv_staging: the workspace contract (no GPU needed)") {
   CHECK(e.find("workspace size") != std::string::npos);
   e = staged_error(ws_of(need + 16, 4));
   CHECK(e.find("workspace address") != std::string::npos);
-  // Without staging the workspace is not looked at.
+  // Without staging (the fused fp8 kernel) the workspace is not looked at, not even a misaligned one.
   SparsePrefillArgs b = sparse_prefill::make_args(none, q, kv, idx, len, 1, 0.05f, TensorView(), out, lse);
   const SparsePrefillArgs before = b;
   sparse_prefill::make_stage_args(none, kv, TensorView(), b);
   CHECK(b.kv_blocks == before.kv_blocks);
   CHECK(b.row_stride == before.row_stride);
+  sparse_prefill::bind_partials(none, kv, ws_of(64, 4), b);
+  CHECK(b.partials == nullptr);
+  CHECK(b.partial_slots == 0);
+  // The staged spec: the partial slots start at the 256-byte boundary after the staged part; a
+  // workspace of the staged part alone holds none (the kernel runs unsplit), a full one 256.
+  SparsePrefillArgs c = sparse_prefill::make_args(p, q, kv, idx, len, 1, 0.05f, TensorView(), out, lse);
+  const size_t off = sparse_prefill::partials_offset(p, NB);
+  sparse_prefill::bind_partials(p, kv, ws_of(need), c);
+  CHECK(c.partials == nullptr);
+  CHECK(c.partial_slots == 0);
+  sparse_prefill::bind_partials(p, kv, ws_of(off + 3 * 64 * 514 * 4 + 8), c);
+  CHECK(reinterpret_cast<unsigned char*>(c.partials) == fake + off);
+  CHECK(c.partial_slots == 3);
+  sparse_prefill::bind_partials(p, kv, ws_of(ops::sparse_prefill_workspace_bytes(p, NB)), c);
+  CHECK(c.partial_slots == 256);
+  CHECK(invalid_message([&] { sparse_prefill::bind_partials(p, kv, ws_of(need, 4), c); }).find("workspace") !=
+        std::string::npos);
 }
 
 TEST_CASE("sparse_prefill kv_staging: every row or only the marked ones, by the byte model") {

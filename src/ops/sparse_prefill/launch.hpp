@@ -52,8 +52,8 @@ SparsePrefillStageArgs make_stage_args(const SparsePrefillParams& p, const ops::
                                        const TensorView& workspace, SparsePrefillArgs& args);
 // The persistent Hopper kernel's partial slots (plan.hpp workspace_bytes): points args.partials at
 // the workspace past partials_offset(p, num_blocks) and sets args.partial_slots to the slots it
-// holds there (at most kMaxSplitSlots; 0 = no tail split). A non-empty workspace must be contiguous
-// and 16-byte aligned (errors name it). Other kernels: args unchanged.
+// holds there (at most kMaxSplitSlots; 0 = no tail split). For these specs a non-empty workspace must
+// be contiguous and 16-byte aligned (errors name it); other specs do not look at it (args unchanged).
 void bind_partials(const SparsePrefillParams& p, const ops::PagedCacheView& kv, const TensorView& workspace,
                    SparsePrefillArgs& args);
 

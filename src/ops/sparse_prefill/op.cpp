@@ -234,11 +234,11 @@ void bind_partials(const SparsePrefillParams& p, const ops::PagedCacheView& kv, 
                    SparsePrefillArgs& args) {
   args.partials = nullptr;
   args.partial_slots = 0;
-  if (workspace.empty()) return;
+  // Specs without the persistent kernel do not look at the workspace (any view).
+  if (workspace.empty() || !sm90_supported(p) || !sm90_plan(p).persistent) return;
   expect_contiguous(workspace, "workspace");
   expect_nonnull(workspace, "workspace");
   expect_aligned(workspace, 16, "workspace");
-  if (!sm90_supported(p) || !sm90_plan(p).persistent) return;
   const size_t have = static_cast<size_t>(workspace.numel()) * dtype_size(workspace.dtype);
   const size_t offset = partials_offset(p, kv.blocks.shape[0]);  // make_args checked the view
   if (have <= offset) return;
@@ -412,9 +412,8 @@ TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, 
     if (plan.persistent && args.partials != nullptr && args.partial_slots > 0) {
       const int64_t budget = grid_ctas > 0 ? grid_ctas : std::max(1, Runtime::global().sm_count());
       split = tail_split(items, budget, args.partial_slots, args.indices_stride, max_split_parts);
+      if (split.parts > 1 && split.units > INT_MAX) split = TailSplit{items, 1, items};  // 32-bit units: unsplit
       if (split.parts > 1) {
-        MLAJIT_EXPECT(split.units <= INT_MAX, "q dim 0 (tokens)", args.num_tokens,
-                      fmt::format("at most {} items with the tail split", INT_MAX));
         a.split_first = static_cast<int>(split.first);
         while ((1 << a.split_shift) < split.parts) ++a.split_shift;  // tail_split gives a power of two
         ctas = std::min(split.units, budget);
