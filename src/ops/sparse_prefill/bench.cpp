@@ -174,16 +174,14 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   // kv_staging bf16: the workspace the staged rows go to; args then read them there.
   const size_t ws_bytes = sparse_prefill::workspace_bytes(p, num_blocks);
   driver::DeviceBuffer workspace(std::max<size_t>(ws_bytes, 16));
-  const SparsePrefillStageArgs stage_args = sparse_prefill::make_stage_args(
-      p, kv, TensorView(workspace.get(), DType::u32, {static_cast<int64_t>(ws_bytes / 4)}), args);
+  const TensorView ws_view(workspace.get(), DType::u32, {static_cast<int64_t>(ws_bytes / 4)});
+  const SparsePrefillStageArgs stage_args = sparse_prefill::make_stage_args(p, kv, ws_view, args);
   const bool staged = p.kv_staging == KvStaging::bf16;
   const bool marks = sparse_prefill::stage_marks(stage_args, stage_rows);
   // The persistent kernel's tail split (split_parts 1: off) and, for the A/B inside this invocation,
   // the same launch without it.
   SparsePrefillArgs args_unsplit = args;
-  if (a.split_parts != 1)
-    sparse_prefill::bind_partials(p, kv, TensorView(workspace.get(), DType::u32, {static_cast<int64_t>(ws_bytes / 4)}),
-                                  args);
+  if (a.split_parts != 1) sparse_prefill::bind_partials(p, kv, ws_view, args);
   auto kernel = sparse_prefill::kernel_for(p, path);  // compile / load outside the timed region
 
   // The anchor's inputs: the same q, the same key rows (position pos of the sequence = physical

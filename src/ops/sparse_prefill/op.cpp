@@ -32,6 +32,19 @@ void expect_absent(const TensorView& t, const char* what, const char* why) {
   if (!t.empty()) throw_invalid(what, t.describe(), fmt::format("an empty view ({})", why));
 }
 
+// A workspace the op writes: contiguous, non-null, 16-byte aligned (errors name it).
+void expect_workspace_view(const TensorView& workspace) {
+  expect_contiguous(workspace, "workspace");
+  expect_nonnull(workspace, "workspace");
+  expect_aligned(workspace, 16, "workspace");
+}
+
+// CTAs of the persistent kernel: grid_ctas, or one per SM (its shared memory leaves room for no
+// second). A CUDA graph replays the same grid (the SM count).
+int64_t persistent_ctas_budget(int64_t grid_ctas) {
+  return grid_ctas > 0 ? grid_ctas : static_cast<int64_t>(std::max(1, Runtime::global().sm_count()));
+}
+
 }  // namespace
 
 const char* path_name(Path p) {
@@ -204,9 +217,7 @@ SparsePrefillStageArgs make_stage_args(const SparsePrefillParams& p, const ops::
                               "sparse_prefill_workspace_bytes(params, num_blocks={}) = {} bytes adds the tail "
                               "split's partial slots)",
                               need, num_blocks * p.page_size, num_blocks, workspace_bytes(p, num_blocks)));
-  expect_contiguous(workspace, "workspace");
-  expect_nonnull(workspace, "workspace");
-  expect_aligned(workspace, 16, "workspace");
+  expect_workspace_view(workspace);
   const int64_t num_rows = num_blocks * p.page_size;
   sa.indices = args.indices;
   sa.topk_lengths = args.topk_lengths;
@@ -235,10 +246,8 @@ void bind_partials(const SparsePrefillParams& p, const ops::PagedCacheView& kv, 
   args.partials = nullptr;
   args.partial_slots = 0;
   // Specs without the persistent kernel do not look at the workspace (any view).
-  if (workspace.empty() || !sm90_supported(p) || !sm90_plan(p).persistent) return;
-  expect_contiguous(workspace, "workspace");
-  expect_nonnull(workspace, "workspace");
-  expect_aligned(workspace, 16, "workspace");
+  if (workspace.empty() || !persistent_kernel(p)) return;
+  expect_workspace_view(workspace);
   const size_t have = static_cast<size_t>(workspace.numel()) * dtype_size(workspace.dtype);
   const size_t offset = partials_offset(p, kv.blocks.shape[0]);  // make_args checked the view
   if (have <= offset) return;
@@ -387,9 +396,8 @@ int64_t launch_ctas(const SparsePrefillParams& p, Path path, int64_t num_tokens,
   const int64_t items = num_tokens * head_tiles;
   MLAJIT_EXPECT(items <= INT_MAX, "q dim 0 (tokens)", num_tokens, fmt::format("at most {} tokens per launch", INT_MAX / head_tiles));
   if (!persistent) return items;
-  // One CTA per SM (its shared memory leaves room for no second), each walking items with the grid's
-  // stride; never more CTAs than items. A CUDA graph replays the same grid (the SM count).
-  return std::min(items, grid_ctas > 0 ? grid_ctas : static_cast<int64_t>(std::max(1, Runtime::global().sm_count())));
+  // Each CTA walks items with the grid's stride; never more CTAs than items.
+  return std::min(items, persistent_ctas_budget(grid_ctas));
 }
 
 TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, const SparsePrefillArgs& args,
@@ -399,6 +407,7 @@ TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, 
   if (args.num_tokens == 0) return split;
   LaunchDims d;
   int entry;
+  int heads_per_cta = 0;  // the combine's grid rows
   SparsePrefillArgs a = args;
   a.split_first = 0;
   a.split_shift = 0;
@@ -407,10 +416,11 @@ TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, 
     entry = kEntrySm90;
     d.block[0] = static_cast<unsigned>(plan.threads);
     d.smem_bytes = static_cast<unsigned>(plan.smem_bytes);
+    heads_per_cta = plan.heads_per_cta;
     const int64_t items = args.num_tokens * plan.head_tiles;
     split.first = split.units = items;
     if (plan.persistent && args.partials != nullptr && args.partial_slots > 0) {
-      const int64_t budget = grid_ctas > 0 ? grid_ctas : std::max(1, Runtime::global().sm_count());
+      const int64_t budget = persistent_ctas_budget(grid_ctas);
       split = tail_split(items, budget, args.partial_slots, args.indices_stride, max_split_parts);
       if (split.parts > 1 && split.units > INT_MAX) split = TailSplit{items, 1, items};  // 32-bit units: unsplit
       if (split.parts > 1) {
@@ -432,7 +442,7 @@ TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, 
     LaunchDims c;
     c.block[0] = static_cast<unsigned>(kCombineThreads);
     c.grid[0] = static_cast<unsigned>(split.units - split.first) / static_cast<unsigned>(split.parts);
-    c.grid[1] = static_cast<unsigned>(sm90_plan(p).heads_per_cta);
+    c.grid[1] = static_cast<unsigned>(heads_per_cta);
     kernel.launch(kEntrySm90Combine, c, stream, a);
   }
   return split;

@@ -58,6 +58,8 @@ bool sm90_supported(const SparsePrefillParams& spec_params) {
 
 bool sm80_supported(const SparsePrefillParams& p) { return p.qk_math != QkMath::fp8; }
 
+bool persistent_kernel(const SparsePrefillParams& p) { return sm90_supported(p) && sm90_plan(p).persistent; }
+
 // Measured on an H200 (2026-11-21; s_q 4096, H 128, top-k 2048, s_kv 32K, b_topk 64; TFLOP/s):
 //   bf16:          sm90 450, sm80 241.
 //   fp8 sbs 0:     sm90 400, sm80 212.      fp8 sbs 576: sm90 370, sm80 209.
@@ -106,8 +108,7 @@ size_t partials_offset(const SparsePrefillParams& p, int64_t num_blocks) {
 
 size_t workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks, const char* field) {
   const size_t staged = staged_bytes(p, num_blocks, field);
-  const bool persistent = sm90_supported(p) && sm90_plan(p).persistent;
-  if (!persistent) return staged;
+  if (!persistent_kernel(p)) return staged;
   return partials_offset(p, num_blocks) + static_cast<size_t>(kMaxSplitSlots * kPartialSlotBytes);
 }
 

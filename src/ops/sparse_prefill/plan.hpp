@@ -82,6 +82,9 @@ bool sm90_supported(const SparsePrefillParams& p);
 // Whether the portable kernel computes p: every spec except qk_math fp8, whose FP8 tensor-core math
 // exists only in the Hopper kernel (FP8 wgmma is sm_90a-only).
 bool sm80_supported(const SparsePrefillParams& p);
+// Whether p's Hopper kernel is the persistent one (Sm90Plan::persistent: a bf16 cache, or
+// kv_staging bf16): the kernel with the tail split, whose module holds the combine entry.
+bool persistent_kernel(const SparsePrefillParams& p);
 // Where both kernels can run (sm_90a and sm90_supported), whether the automatic path takes the
 // Hopper one. A measured policy: see the numbers next to the definition.
 bool sm90_preferred(const SparsePrefillParams& p);
