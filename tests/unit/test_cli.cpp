@@ -119,6 +119,10 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
   CHECK(last_stderr().find("ctas: got 3, expected 0 unless the kernel is the persistent Hopper one") != std::string::npos);
   CHECK(cli("bench sparse_prefill --shape ctas=3,path=sm80").code == 2);
   CHECK(last_stderr().find("ctas: got 3") != std::string::npos);
+  // split_parts: 0 (automatic), 1 (off) or a cap up to 256, checked before any GPU use.
+  CHECK(cli("bench sparse_prefill --shape split_parts=257").code == 2);
+  CHECK(last_stderr().find("--shape split_parts: got 257, expected 0 (automatic), 1 (no tail split) or a cap") !=
+        std::string::npos);
   CHECK(cli("bench kv_cache_store --anchor /nonexistent.so").code == 2);
   CHECK(last_stderr().find("only with OP mla_indexer or sparse_prefill") != std::string::npos);
   CHECK(cli("bench mla_indexer --anchor /nonexistent.so").code == 2);
