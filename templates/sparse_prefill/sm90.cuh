@@ -17,7 +17,7 @@
 //               mlajit_sparse_prefill_sm90_combine (combine<Cfg>, kCombineThreads) runs after it
 //               on grid (split items, kHeadsPerCta)
 //         block = (Cfg::kThreads = 384, 1, 1)
-//         dynamic shared memory = Cfg::kSmemBytes (232272 bytes, the persistent bf16 kernel 232296,
+//         dynamic shared memory = Cfg::kSmemBytes (232272 bytes, the persistent bf16 kernel 232312,
 //         FP8_MATH 189520: needs the opt-in CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES; the sm_90
 //         limit is 232448).
 //         The `__launch_bounds__(kThreads, 1)` (with the 1) is required: setmaxnreg needs an entry
@@ -43,7 +43,8 @@
 //   PAGE_SIZE   page size of the encoded indices (tma_row arithmetic), >= 1.
 //   NUM_STAGES  must be 2: the K ring is two 64-key stages (one per consumer warpgroup), each
 //               split into a left (dims 0..255) and right (dims 256..575) half with its own
-//               full/empty barriers, so the producer refills a half as soon as its readers are done.
+//               full/empty barriers, so the producer refills a half as soon as its readers are done
+//               (the persistent kernel: stage 1's rope tile has barriers of its own, see Smem).
 //   FP8_MATH    (9th, defaulted false) params qk_math fp8: Q K^T and P V on e4m3 wgmma with Q quantised
 //               per head; needs KV_FP8 and SCALE_BLOCK 0 or 576; 189520 bytes of shared memory.
 //               The body is sparse_prefill/sm90_fp8math.cuh (its header says what differs).
@@ -270,9 +271,9 @@ struct Config {
   static constexpr int kOffColScaleF8 = kOffBiasF8 + kKeyArrayBytes;
   static constexpr int kOffInvScale = kOffColScaleF8 + kKeyArrayBytes;  // FP8 math: 2^-log2(scale) per key
   static constexpr int kOffQScale = kOffInvScale + kKeyArrayBytes;      // FP8 math: float[64] query scales
-  // Persistent: q_full, q_free, rowsum_read mbarriers after the per-key arrays.
+  // Persistent: q_full, q_free, rowsum_read, rope1_full, rope1_empty mbarriers after the per-key arrays.
   static constexpr int kOffItemBars = kOffColScale + 2 * 64 * 4;
-  static constexpr int kMiscBytes = FP8_MATH ? kOffQScale + 64 * 4 : kOffItemBars + (kPersistent ? 24 : 0);
+  static constexpr int kMiscBytes = FP8_MATH ? kOffQScale + 64 * 4 : kOffItemBars + (kPersistent ? 40 : 0);
   // Tiles: Q, K stage 0, K stage 1, P1 (bf16 / f16); FP8 math: Q, K stages 0 / 1 (e4m3, 64-byte
   // rows), V^T of WG0 / WG1 (two 64-key slots each), P0, P1 (e4m3).
   static constexpr int kTileRegionBytes =
@@ -295,6 +296,10 @@ struct Smem {
   u32 q_full;        // the item's query tile landed (the producer's 128 cp.async arrivals)
   u32 q_free;        // both consumers' last Q K^T of the item done (256)
   u32 rowsum_read;   // both consumers read the item's row sums: `rowsum` may be overwritten (256)
+  // Stage 1's rope tile (tile 8, read only by WG1's Q K^T) has barriers of its own, so that it is
+  // refilled as soon as that Q K^T is done instead of with the rest of the right half after WG1's P V.
+  u32 rope1_full;    // tile 8 of stage 1 landed (the producer's cp.async + plain arrivals, 256)
+  u32 rope1_empty;   // WG1's Q K^T of stage 1 done (128)
   float* max;       // [64]
   float* rowsum;    // [2][64]
   float* bias;      // [2][64]
@@ -490,7 +495,14 @@ MJ_DEVICE void produce_bf16(const SparsePrefillArgs& a, const Smem& s, i64 token
       sm90::mbar_arrive(bar);           // releases the bias written above
     };
     // Order matches the consumers' first needs: WG0 scores stage 0 left-then-right, WG1 stage 1
-    // right-then-left; each half is refilled as soon as its last reader released it.
+    // rope-right-left; each part is refilled as soon as its last reader released it. Stage 1's rope
+    // tile goes first: WG1 releases it after its Q K^T, before any other part of the step is free, and
+    // WG1 starts the next step on it while the rest of the right half (released after its P V, the
+    // refill on the critical path) is still in flight: -1.4 to -2.3 % cycles (notes 41).
+    sm90::mbar_wait(s.rope1_empty, empty_parity);
+    copy_tiles(1, kQkTiles - 1, kQkTiles);
+    signal_full(s.rope1_full);
+
     sm90::mbar_wait(s.empty[0][0], empty_parity);
     publish_bias(0);
     copy_tiles(0, 0, kLeftTiles);
@@ -498,7 +510,7 @@ MJ_DEVICE void produce_bf16(const SparsePrefillArgs& a, const Smem& s, i64 token
 
     sm90::mbar_wait(s.empty[1][1], empty_parity);
     publish_bias(1);
-    copy_tiles(1, kLeftTiles, kQkTiles);
+    copy_tiles(1, kLeftTiles, kQkTiles - 1);
     signal_full(s.full[1][1]);
 
     sm90::mbar_wait(s.empty[0][1], empty_parity);
@@ -1224,6 +1236,13 @@ MJ_DEVICE void wait_full(const Smem& s, int stage, int half, u32 parity) {
   sm90::wgmma_fence();
 }
 
+// Persistent kernel: stage 1's rope tile (its own barrier, filled by cp.async like the halves).
+MJ_DEVICE void wait_rope1_full(const Smem& s, u32 parity) {
+  sm90::mbar_wait(s.rope1_full, parity);
+  sm90::fence_proxy_async_acquire_smem();
+  sm90::wgmma_fence();
+}
+
 // Q K^T over column tiles [T0, T1) of a stage; `clear` zeroes the accumulator on the first k-step.
 template <int T0, int T1, bool F16>
 MJ_DEVICE void issue_qk(float (&p)[32], u64 dq, u64 dk, bool clear) {
@@ -1781,14 +1800,22 @@ MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane
 
   for (int step = 0; step < steps; ++step) {
     const u32 parity = (gs + static_cast<u32>(step)) & 1u;
-    wait_full<C>(s, 1, 1, parity);
-    issue_qk<kLeftTiles, kQkTiles, C::kF16>(p, dq, dk1, true);
+    if constexpr (C::kPersistent) {  // the rope tile first: it has its own, earlier refill
+      wait_rope1_full(s, parity);
+      issue_qk<kQkTiles - 1, kQkTiles, C::kF16>(p, dq, dk1, true);
+      wait_full<C>(s, 1, 1, parity);
+      issue_qk<kLeftTiles, kQkTiles - 1, C::kF16>(p, dq, dk1, false);
+    } else {
+      wait_full<C>(s, 1, 1, parity);
+      issue_qk<kLeftTiles, kQkTiles, C::kF16>(p, dq, dk1, true);
+    }
     wait_full<C>(s, 1, 0, parity);
     issue_qk<0, kLeftTiles, C::kF16>(p, dq, dk1, false);
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(p);
     if constexpr (C::kPersistent) {
+      sm90::mbar_arrive(s.rope1_empty);                    // stage 1's rope tile: scored
       if (step == steps - 1) sm90::mbar_arrive(s.q_free);  // the item's last Q K^T is done
     }
 
@@ -1825,7 +1852,7 @@ MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane
     sm90::fence_proxy_async_smem();
     sm90::named_bar_arrive(kBarS1Ready, 256);
     sm90::wgmma_wait<1>();
-    sm90::mbar_arrive(s.empty[1][1]);  // stage 1 right (and its rope tile): done
+    sm90::mbar_arrive(s.empty[1][1]);  // stage 1 right (one-item kernels: and its rope tile): done
     sm90::wgmma_wait<0>();
     sm90::mbar_arrive(s.empty[0][1]);  // stage 0 right (and P0 in its rope tile): done
     sm90::fence_regs(o);
@@ -1915,6 +1942,8 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
       r.q_full = bars;
       r.q_free = bars + 8u;
       r.rowsum_read = bars + 16u;
+      r.rope1_full = bars + 24u;
+      r.rope1_empty = bars + 32u;
     }
     return r;
   }();
@@ -1930,6 +1959,8 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
       sm90::mbar_init(s.q_full, 128u);  // the producer's cp.async arrivals
       sm90::mbar_init(s.q_free, 256u);
       sm90::mbar_init(s.rowsum_read, 256u);
+      sm90::mbar_init(s.rope1_full, 256u);
+      sm90::mbar_init(s.rope1_empty, 128u);
     }
     if constexpr (C::kF16) *reinterpret_cast<u32*>(s.rowsum) = 0u;  // load_q's tile maximum
     sm90::mbar_init_fence();

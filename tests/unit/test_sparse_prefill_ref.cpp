@@ -565,7 +565,7 @@ TEST_CASE("sparse_prefill launch grid: the persistent bf16 Hopper kernel takes a
   bf16.kv_dtype = DType::bf16;
   bf16.num_q_heads = 128;
   CHECK(sparse_prefill::sm90_plan(bf16).persistent);
-  CHECK(sparse_prefill::sm90_plan(bf16).smem_bytes == 1872 + 24 + 1024 + 3 * 73728 + 8192);
+  CHECK(sparse_prefill::sm90_plan(bf16).smem_bytes == 1872 + 40 + 1024 + 3 * 73728 + 8192);
   // The generated source holds the device Config to the host plan's grid rule.
   const KernelSource bf16_src = generate_sparse_prefill_mode(KernelSpec{bf16}, Path::sm90);
   CHECK(bf16_src.code.find("SparsePrefillSm90::kPersistent == true") != std::string::npos);

@@ -123,11 +123,11 @@ Sm90Plan sm90_plan(const SparsePrefillParams& spec_params) {
   plan.num_stages = 2;
   // Config::kPersistent: the bf16 kernel walks items (token x head tile) with a stride of its grid.
   plan.persistent = p.kv_dtype == DType::bf16;
-  // Config::kSmemBytes: bookkeeping (1872; the persistent kernel's three item mbarriers: + 24) + 1024
+  // Config::kSmemBytes: bookkeeping (1872; the persistent kernel's five item / rope mbarriers: + 40) + 1024
   // alignment slack + Q and two 64-key K stages (3 x 73728) + WG1's P tile (8192). The FP8-math
   // kernel (Config<..., FP8_MATH = true>) has a layout of its own, 189520 bytes. The generated source
   // static_asserts both.
-  plan.smem_bytes = p.qk_math == QkMath::fp8 ? 189520 : 1872 + (plan.persistent ? 24 : 0) + 1024 + 3 * 73728 + 8192;
+  plan.smem_bytes = p.qk_math == QkMath::fp8 ? 189520 : 1872 + (plan.persistent ? 40 : 0) + 1024 + 3 * 73728 + 8192;
   return plan;
 }
 
