@@ -1225,9 +1225,10 @@ MJ_DEVICE CtaWork cta_work(const SparsePrefillArgs& args) {
 //   cp.async.mbarrier.arrive completion: the acquire-form proxy fence, which emits no instruction on
 //   sm_90a: the same ordering as CUTLASS's cp.async GMMA mainloop (no fence at all) and FlashMLA.
 //   The bidirectional fence cost ~2 % of the bf16 kernel's time (notes 35).
+// `bar` is a stage part's full barrier: a half's, or the persistent kernel's stage 1 rope tile's.
 template <class C>
-MJ_DEVICE void wait_full(const Smem& s, int stage, int half, u32 parity) {
-  sm90::mbar_wait(s.full[stage][half], parity);
+MJ_DEVICE void wait_stage_bar(u32 bar, u32 parity) {
+  sm90::mbar_wait(bar, parity);
   if constexpr (C::kStageByCpAsync) {
     sm90::fence_proxy_async_acquire_smem();
   } else if constexpr (C::kConsumerFence) {
@@ -1235,12 +1236,9 @@ MJ_DEVICE void wait_full(const Smem& s, int stage, int half, u32 parity) {
   }
   sm90::wgmma_fence();
 }
-
-// Persistent kernel: stage 1's rope tile (its own barrier, filled by cp.async like the halves).
-MJ_DEVICE void wait_rope1_full(const Smem& s, u32 parity) {
-  sm90::mbar_wait(s.rope1_full, parity);
-  sm90::fence_proxy_async_acquire_smem();
-  sm90::wgmma_fence();
+template <class C>
+MJ_DEVICE void wait_full(const Smem& s, int stage, int half, u32 parity) {
+  wait_stage_bar<C>(s.full[stage][half], parity);
 }
 
 // Q K^T over column tiles [T0, T1) of a stage; `clear` zeroes the accumulator on the first k-step.
@@ -1801,7 +1799,7 @@ MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane
   for (int step = 0; step < steps; ++step) {
     const u32 parity = (gs + static_cast<u32>(step)) & 1u;
     if constexpr (C::kPersistent) {  // the rope tile first: it has its own, earlier refill
-      wait_rope1_full(s, parity);
+      wait_stage_bar<C>(s.rope1_full, parity);
       issue_qk<kQkTiles - 1, kQkTiles, C::kF16>(p, dq, dk1, true);
       wait_full<C>(s, 1, 1, parity);
       issue_qk<kLeftTiles, kQkTiles - 1, C::kF16>(p, dq, dk1, false);
