@@ -11,7 +11,7 @@
 #include "mlajit/autotune.hpp"
 #include "core/param_checks.hpp"
 #include "mlajit/error.hpp"
-#include "ops/op_definition.hpp"
+#include "core/op_definition.hpp"
 
 namespace mlajit::autotune {
 

@@ -2,7 +2,7 @@
 // op's workload (its definition: src/ops/<family>/tuning_workload.cpp).
 #include "autotune/workloads.hpp"
 #include "mlajit/error.hpp"
-#include "ops/op_definition.hpp"
+#include "core/op_definition.hpp"
 
 namespace mlajit::autotune {
 

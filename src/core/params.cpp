@@ -8,7 +8,7 @@
 
 #include "core/param_checks.hpp"
 #include "mlajit/error.hpp"
-#include "ops/op_definition.hpp"
+#include "core/op_definition.hpp"
 
 namespace mlajit {
 

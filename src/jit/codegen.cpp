@@ -19,7 +19,7 @@
 #include "mlajit/error.hpp"
 #include "mlajit/log.hpp"
 #include "mlajit/version.hpp"
-#include "ops/op_definition.hpp"
+#include "core/op_definition.hpp"
 
 namespace mlajit {
 

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mlajit/log.hpp"
-#include "ops/op_definition.hpp"
+#include "core/op_definition.hpp"
 
 namespace mlajit::ops {
 

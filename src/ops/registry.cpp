@@ -1,7 +1,7 @@
 // The op registry: one line per op, in MLAJIT_FOR_EACH_OP order (include/mlajit/params.hpp).
 #include "mlajit/error.hpp"
 #include "core/param_checks.hpp"
-#include "ops/op_definition.hpp"
+#include "core/op_definition.hpp"
 
 namespace mlajit::ops {
 

@@ -10,7 +10,7 @@
 #include "core/param_checks.hpp"
 #include "mlajit/codegen.hpp"
 #include "mlajit/error.hpp"
-#include "ops/op_definition.hpp"
+#include "core/op_definition.hpp"
 
 using namespace mlajit;
 

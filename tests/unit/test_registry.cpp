@@ -6,7 +6,7 @@
 #include "mlajit/autotune.hpp"
 #include "mlajit/codegen.hpp"
 #include "mlajit/error.hpp"
-#include "ops/op_definition.hpp"
+#include "core/op_definition.hpp"
 
 using namespace mlajit;
 

@@ -1,6 +1,6 @@
 // The definitions of the paged KV cache family's ops (SPEC §1): kv_cache_store, kv_cache_gather
 // and sparse_index_remap: params validation, knobs, shapes and buckets, kernel names, and the
-// generator / tuning workload they share (src/ops/op_definition.hpp says what each field means).
+// generator / tuning workload they share (src/core/op_definition.hpp says what each field means).
 //
 // What lives where in this folder:
 //   definition.cpp       this file
@@ -13,7 +13,7 @@
 #include "core/param_checks.hpp"
 #include "mlajit/error.hpp"
 #include "ops/generators.hpp"
-#include "ops/op_definition.hpp"
+#include "core/op_definition.hpp"
 
 namespace mlajit {
 

@@ -1,5 +1,5 @@
 // The definition of mla_indexer (SPEC §2): params validation, knobs, shapes and bucket, kernel
-// name, generator and tuning workload (src/ops/op_definition.hpp says what each field means).
+// name, generator and tuning workload (src/core/op_definition.hpp says what each field means).
 //
 // What lives where in this folder:
 //   definition.cpp       this file
@@ -12,7 +12,7 @@
 #include "core/param_checks.hpp"
 #include "mlajit/error.hpp"
 #include "ops/generators.hpp"
-#include "ops/op_definition.hpp"
+#include "core/op_definition.hpp"
 
 namespace mlajit {
 

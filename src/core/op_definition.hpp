@@ -1,10 +1,19 @@
 #pragma once
-// One op, one definition. Everything the generic code (codegen front, params JSON and naming, the
-// autotuner's knobs / shapes / buckets / workloads) needs to know about an op is one OpDefinition,
-// written in the op's own folder (src/ops/<family>/definition.cpp) and listed once in
-// src/ops/registry.cpp. Generic code loops over or indexes the registry; it never switches on Op.
+// The op registry's interface: one op, one definition. Everything the generic code (codegen front,
+// params JSON and naming, the autotuner's knobs / shapes / buckets / workloads) needs to know about
+// an op is one OpDefinition, written in the op's own folder (src/ops/<family>/definition.cpp) and
+// listed once in src/ops/registry.cpp, which implements the lookups declared here. Generic code
+// loops over or indexes the registry; it never switches on Op.
 //
-// Adding an op (README "Adding an op" counts the files):
+// Layers (an #include only ever points to the left):
+//   include/mlajit  <  core  <  jit  <  autotune  <  ops  <  api, cli
+// include/mlajit is the public interface (declarations only, includes nothing from src/); src/reference
+// (the CPU references) sees only include/mlajit and serves ops' bench harness, the CLI and the tests.
+// This header sits in core so that core (params naming and heuristics), jit (codegen) and autotune
+// (knobs, shapes, workloads) can reach an op's definition without including src/ops/: the lower
+// layers call the declared functions, ops provides them at link time.
+//
+// Adding an op (docs/design.md counts the files):
 //   include/mlajit/params.hpp   its params struct (with fields()) and one MLAJIT_FOR_EACH_OP line
 //   include/mlajit/ops.hpp      its typed entry point
 //   src/ops/<family>/           definition.cpp, generate.cpp, op.cpp, tuning_workload.cpp
