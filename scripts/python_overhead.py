@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Host time per op call from Python against the raw C API, in one process (issue 11's figure).
+"""Host time per op call from Python against the raw C API, in one process.
 
 Times one sparse_index_remap launch three ways, interleaved round by round so that load on the
 host hits all three alike, and prints the median per-call time of each:

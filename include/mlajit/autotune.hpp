@@ -10,7 +10,7 @@
 //                buckets (src/autotune/shape.cpp)
 //   candidates   a config's entries -> groups of competing specs (src/autotune/candidates.cpp)
 //   workloads    per op: inputs on the GPU for a shape, run a spec, read the output back, compare
-//                (src/autotune_workload_*.cpp)
+//                (src/ops/<family>/tuning_workload.cpp)
 //   timing       CUDA-event timing with an L2 flush between repetitions (src/autotune/timing.cpp)
 //   tuner        parallel compile -> per-device verify + time -> winners (src/autotune/tune.cpp)
 //   database     <cache_dir>/tuning.json, merged under a file lock (src/autotune/database.cpp)
@@ -52,8 +52,8 @@ namespace mlajit::autotune {
 const std::vector<std::string>& knob_names(Op op);
 // The knob space tried when a config entry has no `sweep`, as a sweep object:
 //   kv_cache_store / kv_cache_gather / sparse_index_remap: {"threads": [64, 128, 256, 512]}
-//   mla_indexer:    {"num_stages": [2, 3, 4, 6]} (its only free knob; block_q/block_kv are fixed)
-//   sparse_prefill: {"b_topk": [64, 128]} (num_stages has one legal depth, 2, which auto resolves to)
+//   mla_indexer:    {"num_stages": [2, 3, 4, 5]} (its only swept knob; block_q / block_kv are pinnable)
+//   sparse_prefill: {} (no knobs: the launch plan picks the kernel and its geometry)
 nlohmann::json default_knob_space(Op op);
 // The knob values of `p` as a JSON object, e.g. {"threads": 256}.
 nlohmann::json knobs_of(const OpParams& p);
@@ -62,7 +62,7 @@ nlohmann::json knobs_of(const OpParams& p);
 // candidate is checked against.
 OpParams default_knobs(const OpParams& p);
 // `p` with every knob whose value means "auto" (0) taken from `tuned` (same op). Knobs without an
-// auto value (kv ops' `threads`, prefill's `b_topk`, as params.hpp stands) are left as they are.
+// auto value are left as they are.
 KvCacheStoreParams fill_auto_knobs(const KvCacheStoreParams& p, const KvCacheStoreParams& tuned);
 KvCacheGatherParams fill_auto_knobs(const KvCacheGatherParams& p, const KvCacheGatherParams& tuned);
 SparseIndexRemapParams fill_auto_knobs(const SparseIndexRemapParams& p, const SparseIndexRemapParams& tuned);
@@ -116,7 +116,7 @@ ShapeBucket bucket_of(Op op, const Shape& shape);
 // The bucket an op builds at call time from the sizes it has on the host:
 inline ShapeBucket bucket_kv_cache_store(int64_t tokens, int64_t batch) { return ShapeBucket::of({tokens, batch}); }
 inline ShapeBucket bucket_kv_cache_gather(int64_t tokens) { return ShapeBucket::of({tokens}); }
-inline ShapeBucket bucket_sparse_index_remap(int64_t tokens, int64_t topk) { return ShapeBucket::of({tokens, topk}); }
+inline ShapeBucket bucket_sparse_index_remap(int64_t tokens, int64_t top_k) { return ShapeBucket::of({tokens, top_k}); }
 inline ShapeBucket bucket_mla_indexer(int64_t tokens, int64_t batch, int64_t max_keys_per_seq) {
   return ShapeBucket::of({tokens, batch, max_keys_per_seq});
 }

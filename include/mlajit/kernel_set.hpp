@@ -3,11 +3,11 @@
 //
 //   {"arch": "sm_90a", "kernels": [
 //     {"op": "sparse_prefill", "params": {"kv_dtype": "bf16", "num_q_heads": 128},
-//      "sweep": {"b_topk": [64, 128]}}]}
+//      "sweep": {"page_size": [64, 16]}}]}
 //
 // Each entry's `sweep` object expands fields into their cartesian product (in the order the fields
 // appear sorted by name, last field fastest). Every expanded spec is validated; errors name the
-// JSON path (e.g. "kernels[2].sweep.b_topk[1]"). One entry expands to at most 4096 kernels, a config
+// JSON path (e.g. "kernels[2].sweep.page_size[1]"). One entry expands to at most 4096 kernels, a config
 // to at most 16384; larger products are refused before anything is expanded.
 #include <string>
 #include <vector>
@@ -20,7 +20,7 @@ namespace mlajit {
 
 struct KernelSetEntry {
   KernelSpec spec;
-  std::string origin;  // JSON path it came from, e.g. "kernels[1]" or "kernels[1] b_topk=128"
+  std::string origin;  // JSON path it came from, e.g. "kernels[1]" or "kernels[1] page_size=16"
   int group = 0;       // index of the config entry it was expanded from
 };
 

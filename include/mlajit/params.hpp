@@ -19,7 +19,7 @@ enum class Mask { none, causal };
 enum class IndexEmit { logical, physical };
 // sparse_prefill tensor-core math. bf16: 16-bit operands (bf16 tiles; f16 tiles for an fp8 cache with
 // unit or per-row scales), exact up to bf16/f16 rounding. fp8: opt-in, Hopper only: Q quantized per
-// token and head to e4m3 and QK (and P.V) on FP8 wgmma, faster and less accurate (README, "FP8-math mode").
+// token and head to e4m3 and QK (and P.V) on FP8 wgmma, faster and less accurate (docs/ops/sparse_prefill.md).
 enum class QkMath { bf16, fp8 };
 // sparse_prefill on an fp8 cache. none: the attention kernel decodes the fp8 rows it gathers (no
 // workspace). bf16: opt-in: the rows the launch selects are first converted once into a bf16 copy
@@ -55,8 +55,14 @@ struct PagedKVCacheParams {
   }
   bool quantized() const { return dtype == DType::fp8_e4m3; }
   int kv_dim() const { return is_mla ? 1 : 2; }
-  int granularity() const { return quantization_granularity > 0 ? quantization_granularity : head_size; }
-  int head_dim_granularity() const { return (head_size + granularity() - 1) / granularity(); }
+  // The elements sharing one scale, 0 resolved to head_size; and the scales per head (the SPEC name
+  // of the scales' last dimension).
+  int resolved_quantization_granularity() const {
+    return quantization_granularity > 0 ? quantization_granularity : head_size;
+  }
+  int head_dim_granularity() const {
+    return (head_size + resolved_quantization_granularity() - 1) / resolved_quantization_granularity();
+  }
   void validate(const std::string& field_prefix = "params") const;
 };
 
@@ -144,9 +150,9 @@ struct SparsePrefillParams {
   int num_q_heads = 128;            // 16..128, multiple of 16
   int qk_depth = 576;
   int v_depth = 512;
-  int b_topk = 64;                  // 64 | 128
+  int b_topk = 64;                  // 64: the keys each pipeline step of the kernels processes (fixed)
   int page_size = 64;
-  int scale_block_size = 0;         // fp8 only: 0 = unit scales, else divides 576
+  int quantization_granularity = 0; // fp8 only: elements sharing one scale (0 = unit scales, else a divisor of 576)
   // fp8 scales: fp32 = any positive f32; ue8m0 = every scale a power of two (what kv_cache_store
   // writes with scale_fmt ue8m0). A promise about the data: with it, group scales run on the
   // Hopper kernel exactly (K * 2^k is exact in its bf16 tile); without it they take the portable one.
@@ -154,10 +160,9 @@ struct SparsePrefillParams {
   bool attn_sink = false;
   bool emit_lse = true;
   DType output_dtype = DType::bf16; // bf16
-  QkMath qk_math = QkMath::bf16;    // fp8: opt-in FP8 tensor-core math (kv_dtype fp8_e4m3, scale_block_size 0 | 576)
+  QkMath qk_math = QkMath::bf16;    // fp8: opt-in FP8 tensor-core math (fp8 cache, quantization_granularity 0 | 576)
   KvStaging kv_staging = KvStaging::none;  // bf16: stage the selected fp8 rows as bf16 first (kv_dtype fp8_e4m3, qk_math bf16)
-  // tuning knobs
-  int num_stages = 0;               // gather pipeline depth (0 = heuristic)
+  // No tuning knobs: the launch plan picks the kernel and its geometry from these params and the device.
   // Every field in JSON order: `v("name", field)` per field. One list drives JSON, hashing,
   // equality and knob access (src/core/params.cpp), so a new field is declared once.
   template <class Self, class V>
@@ -169,18 +174,17 @@ struct SparsePrefillParams {
     v("v_depth", p.v_depth);
     v("b_topk", p.b_topk);
     v("page_size", p.page_size);
-    v("scale_block_size", p.scale_block_size);
+    v("quantization_granularity", p.quantization_granularity);
     v("scale_fmt", p.scale_fmt);
     v("attn_sink", p.attn_sink);
     v("emit_lse", p.emit_lse);
     v("output_dtype", p.output_dtype);
     v("qk_math", p.qk_math);
     v("kv_staging", p.kv_staging);
-    v("num_stages", p.num_stages);
   }
   void validate() const;
   int scales_per_token() const {
-    return scale_block_size > 0 ? (qk_depth + scale_block_size - 1) / scale_block_size : 0;
+    return quantization_granularity > 0 ? (qk_depth + quantization_granularity - 1) / quantization_granularity : 0;
   }
 };
 

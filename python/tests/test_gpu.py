@@ -202,7 +202,7 @@ def test_staged_fp8_prefill_is_the_bf16_kernel_on_the_dequantized_cache():
     lengths = torch.randint(0, stride + 40, (T,), generator=g, device="cuda", dtype=torch.int32).view(torch.uint32)
     scale = 576 ** -0.5
     staged = mlajit.Op({"op": "sparse_prefill", "params": dict(PREFILL["params"], kv_dtype="fp8_e4m3",
-                                                               scale_block_size=64, kv_staging="bf16")})
+                                                               quantization_granularity=64, kv_staging="bf16")})
     want_o, want_l = mlajit.ops.sparse_prefill(PREFILL_OP, q, deq, idx, lengths, softmax_scale=scale, layer_idx=1)
     o1, l1 = mlajit.ops.sparse_prefill(staged, q, kv8, idx, lengths, kv_scales=sc, softmax_scale=scale, layer_idx=1)
     n = mlajit.ops.prefill_workspace_bytes(staged, NB)

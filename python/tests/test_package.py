@@ -46,18 +46,18 @@ def test_precompile_rejects_bad_arch_and_writes_nothing(tmp_path):
         mlajit.precompile(INDEX_REMAP, arch="sm_12")
 
 
-FP8_MATH = {"op": "sparse_prefill", "params": {"kv_dtype": "fp8_e4m3", "scale_block_size": 576, "qk_math": "fp8"}}
+FP8_MATH = {"op": "sparse_prefill", "params": {"kv_dtype": "fp8_e4m3", "quantization_granularity": 576, "qk_math": "fp8"}}
 
 
 def test_sparse_prefill_qk_math_passes_through_and_is_validated():
     assert mlajit.Op({"op": "sparse_prefill", "params": {}}).params["qk_math"] == "bf16"  # the default, written out
     op = mlajit.Op(FP8_MATH)
-    assert op.params["qk_math"] == "fp8" and op.params["scale_block_size"] == 576
+    assert op.params["qk_math"] == "fp8" and op.params["quantization_granularity"] == 576
     assert mlajit.Op(op.json).json == op.json
     with pytest.raises(mlajit.InvalidArgumentError, match=r"kv_dtype: got bf16, expected fp8_e4m3 with qk_math fp8"):
         mlajit.Op({"op": "sparse_prefill", "params": {"qk_math": "fp8"}})
     with pytest.raises(mlajit.InvalidArgumentError, match=r"group scales are not supported in FP8 math"):
-        mlajit.Op({"op": "sparse_prefill", "params": {"kv_dtype": "fp8_e4m3", "scale_block_size": 64, "qk_math": "fp8"}})
+        mlajit.Op({"op": "sparse_prefill", "params": {"kv_dtype": "fp8_e4m3", "quantization_granularity": 64, "qk_math": "fp8"}})
     with pytest.raises(mlajit.InvalidArgumentError, match=r"qk_math: got \"fp16\", expected bf16 \| fp8"):
         mlajit.Op({"op": "sparse_prefill", "params": {"qk_math": "fp16"}})
 
@@ -65,8 +65,8 @@ def test_sparse_prefill_qk_math_passes_through_and_is_validated():
 def test_sparse_prefill_scale_fmt_passes_through_and_is_validated():
     assert mlajit.Op({"op": "sparse_prefill", "params": {}}).params["scale_fmt"] == "fp32"  # the default, written out
     op = mlajit.Op({"op": "sparse_prefill",
-                    "params": {"kv_dtype": "fp8_e4m3", "scale_block_size": 64, "scale_fmt": "ue8m0"}})
-    assert op.params["scale_fmt"] == "ue8m0" and op.params["scale_block_size"] == 64
+                    "params": {"kv_dtype": "fp8_e4m3", "quantization_granularity": 64, "scale_fmt": "ue8m0"}})
+    assert op.params["scale_fmt"] == "ue8m0" and op.params["quantization_granularity"] == 64
     assert mlajit.Op(op.json).json == op.json
     with pytest.raises(mlajit.InvalidArgumentError, match=r"scale_fmt: got ue8m0, expected fp32 for a cache without scales"):
         mlajit.Op({"op": "sparse_prefill", "params": {"scale_fmt": "ue8m0"}})

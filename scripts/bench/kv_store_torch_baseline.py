@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Torch baseline of kv_cache_store at serving sizes: the same store written plainly in torch
-(quantize to e4m3 with one f32 scale per `granularity` elements, or a plain bf16 copy, then
+(quantize to e4m3 with one f32 scale per `quantization_granularity` elements, or a plain bf16 copy, then
 scatter rows into a paged cache through a slot mapping), timed per call like `mlajit bench`
 (CUDA events around one call, median of reps, buffers rotated so that nothing is L2-warm).
 
 usage: kv_store_torch_baseline.py [--tokens 1,16,128,512,4096] [--heads 1] [--head-size 576]
-                                  [--dtype fp8|bf16] [--granularity 64] [--scale-fmt fp32|ue8m0]"""
+                                  [--dtype fp8|bf16] [--quantization-granularity 64] [--scale-fmt fp32|ue8m0]"""
 import argparse
 
 import torch
@@ -17,14 +17,14 @@ def main():
     ap.add_argument("--heads", type=int, default=1)
     ap.add_argument("--head-size", type=int, default=576)
     ap.add_argument("--dtype", default="fp8")
-    ap.add_argument("--granularity", type=int, default=64)
+    ap.add_argument("--quantization-granularity", type=int, default=64)
     ap.add_argument("--scale-fmt", default="fp32")
     ap.add_argument("--page-size", type=int, default=64)
     ap.add_argument("--reps", type=int, default=50)
     a = ap.parse_args()
     dev = torch.device("cuda")
     H, D, P = a.heads, a.head_size, a.page_size
-    G = a.granularity if a.dtype == "fp8" else D
+    G = a.quantization_granularity if a.dtype == "fp8" else D
     for T in [int(x) for x in a.tokens.split(",")]:
         pages = (T + P - 1) // P
         sets = 4

@@ -7,6 +7,7 @@
 #include "mlajit/autotune.hpp"
 #include "mlajit/error.hpp"
 #include "core/op_definition.hpp"
+#include "core/renamed_keys.hpp"
 
 namespace mlajit::autotune {
 
@@ -48,7 +49,7 @@ Shape parse_shape(Op op, const std::string& text, Shape shape) {
     if (eq == std::string::npos) throw_invalid("--shape item", item, "key=value");
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
     if (std::none_of(keys.begin(), keys.end(), [&](const ShapeKey& k) { return key == k.name; }))
-      throw_invalid(fmt::format("--shape key of {}", op_name(op)), key, known());
+      throw_invalid(fmt::format("--shape key of {}", op_name(op)), key, known() + renamed_key_hint(key));
     size_t used = 0;
     long long v = 0;
     try {

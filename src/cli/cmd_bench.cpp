@@ -18,31 +18,34 @@ namespace mlajit::cli {
 namespace {
 
 constexpr const char* kBenchHelp = R"(usage: mlajit bench OP [--shape k=v,...] [--reps R] [--json] [--anchor LIB.so]
-ops and their shape keys (defaults in brackets; tokens / keys / topk mean what they mean in
-`mlajit tune --shape`):
+ops and their shape keys (defaults in brackets; tokens / keys / top_k mean what they mean in
+`mlajit tune --shape`; one spelling per key):
   kv_cache_store | kv_cache_gather
       tokens [65536] heads [1] head_size [576] dtype [fp8_e4m3] io_dtype [bf16] mla [1]
-      page_size [64] layers [1] granularity [0=head_size] scale_fmt [fp32] threads [128]
+      page_size [64] layers [1] quantization_granularity [0 = head_size] scale_fmt [fp32]
+      threads [128]
   mla_indexer
-      heads [128] tokens [4096] keys [32768: cached + new] topk [2048] page_size [64] mask [causal]
+      heads [128] tokens [4096] keys [32768: cached + new] top_k [2048] page_size [64] mask [causal]
       stages [0 = heuristic: the scorer's K ring depth, params.num_stages]
-      block_kv [0: params.block_kv; 256 = scorer v10 (256-key blocks, 128/heads tokens per CTA;
-        v11, K by TMA, at page_size >= 8), 64 = v8; 0 = v10 at page_size 8, 16, >= 64, else v8]
-      persistent [1: v10 on one CTA per SM walking work items; 0: one work item per CTA]
-      (also new_tokens = tokens, cached_tokens = keys - tokens, top_k = topk)
+      block_kv [0: params.block_kv; 256 = the 256-key-block scorer (128/heads tokens per CTA, K
+        by TMA at page_size >= 8), 64 = the 64-key-tile scorer; 0 = 256 at page_size 8, 16,
+        >= 64, else 64]
+      persistent [1: the 256-key-block scorer on one CTA per SM walking work items; 0: one work
+        item per CTA]
       --anchor LIB.so: also time LIB's anchor_mqa_logits (C ABI in src/ops/mla_indexer/bench.hpp)
   sparse_prefill
-      tokens [4096] heads [128] topk [2048] keys [32768] kv_dtype [bf16] b_topk [64] page_size [64]
+      tokens [4096] heads [128] top_k [2048] keys [32768] kv_dtype [bf16] page_size [64]
       layers [2: the cache interleaves 2 layers page by page, the last is read; 1 = one layer]
-      scale_block_size [0] scale_fmt [fp32|ue8m0: power-of-two scales; group scales then run on the
-        Hopper kernel] sink [0] lse [1] path [auto|sm80|sm90] (also s_q = tokens, s_kv = keys)
+      quantization_granularity [0 = unit scales] scale_fmt [fp32|ue8m0: power-of-two scales;
+        group scales then run on the Hopper kernel] sink [0] lse [1] path [auto|sm80|sm90]
       ctas [0 = automatic]: the persistent Hopper kernel's grid (bf16 cache; default one CTA per SM;
         a number >= tokens * heads / 64 gives one CTA per token x 64-head tile, as the fp8 kernels)
       split_parts [0 = automatic]: the persistent kernel's tail split (its last round of items run in
         parts over the whole GPU); 1 = off, N = at most N parts per item. When it splits, the same
         launch without the split is timed in the same reps and printed beside it
       qk_math [bf16|fp8]: fp8 = the opt-in FP8-math kernel (Hopper only; needs kv_dtype=fp8_e4m3 and
-        scale_block_size 0 or 576), e.g. --shape kv_dtype=fp8_e4m3,scale_block_size=576,qk_math=fp8
+        quantization_granularity 0 or 576),
+        e.g. --shape kv_dtype=fp8_e4m3,quantization_granularity=576,qk_math=fp8
       kv_staging [none|bf16]: bf16 = stage the selected fp8 rows as bf16 in a workspace, then run the
         bf16 kernel (fp8 cache, qk_math bf16); the time includes the staging, also printed alone
       stage_rows [auto|all|marked]: with kv_staging bf16, convert every row of the layer or only the
@@ -72,13 +75,16 @@ void print_summary(const std::string& op, const nlohmann::json& r) {
     const auto& p = r["params"];
     const bool fp8 = p["kv_dtype"] == "fp8_e4m3";
     const std::string variant = p["kv_dtype"].get<std::string>() +
-                                (fp8 ? " sbs " + std::to_string(p["scale_block_size"].get<int>()) : std::string()) +
+                                (fp8 ? " quantization_granularity " +
+                                           std::to_string(p["quantization_granularity"].get<int>())
+                                     : std::string()) +
                                 (p.value("scale_fmt", "fp32") == "ue8m0" ? " ue8m0" : "") +
                                 (p["qk_math"] == "fp8" ? " qk_math fp8" : "") +
                                 (p.value("kv_staging", "none") == "bf16" ? " staged bf16" : "");
-    std::printf("sparse_prefill %s path %s: s_q %lld H %d topk %d s_kv %lld: %.3f ms median (min %.3f), %.1f TFLOP/s\n",
-                variant.c_str(), r["path"].get<std::string>().c_str(),
-                r["s_q"].get<long long>(), r["num_heads"].get<int>(), r["topk"].get<int>(), r["s_kv"].get<long long>(),
+    std::printf("sparse_prefill %s path %s: tokens %lld H %d top_k %d keys %lld: %.3f ms median (min %.3f), "
+                "%.1f TFLOP/s\n",
+                variant.c_str(), r["path"].get<std::string>().c_str(), r["tokens"].get<long long>(),
+                r["num_heads"].get<int>(), r["top_k"].get<int>(), r["keys"].get<long long>(),
                 r["ms"]["median"].get<double>(), r["ms"]["min"].get<double>(), r["tflops"].get<double>());
     if (r.contains("stage"))
       std::printf("  of which staging (%s rows): %.3f ms median\n", r["stage"]["rows"].get<std::string>().c_str(),
@@ -142,7 +148,7 @@ int cmd_bench(const Argv& argv) {
     shape.take_bool("mla", s.is_mla);
     shape.take_int("page_size", s.page_size);
     shape.take_int("layers", s.num_layers);
-    shape.take_int("granularity", s.quantization_granularity);
+    shape.take_int("quantization_granularity", s.quantization_granularity);
     if (auto f = shape.take("scale_fmt")) s.scale_fmt = parse_scale_fmt(*f, "--shape scale_fmt");
     shape.take_int("threads", s.threads);
     shape.done(op);
@@ -152,9 +158,8 @@ int cmd_bench(const Argv& argv) {
     bench::MlaIndexerBenchArgs a;
     shape.take_int("heads", a.num_heads);
     // The tuner's vocabulary (`mlajit tune --shape`): tokens = new query tokens, keys = cached + new
-    // keys of the sequence. new_tokens / cached_tokens / top_k are the older spellings.
-    shape.take_int("tokens", "new_tokens", a.new_tokens);
-    shape.take_int("cached_tokens", a.cached_tokens);
+    // keys of the sequence.
+    shape.take_int("tokens", a.new_tokens);
     int64_t keys = -1;
     shape.take_int("keys", keys);
     if (keys >= 0) {
@@ -162,7 +167,7 @@ int cmd_bench(const Argv& argv) {
         throw_invalid("--shape keys", keys, fmt::format(">= tokens ({}): keys count the new tokens too", a.new_tokens));
       a.cached_tokens = keys - a.new_tokens;
     }
-    shape.take_int("topk", "top_k", a.top_k);
+    shape.take_int("top_k", a.top_k);
     shape.take_int("page_size", a.page_size);
     shape.take_int("stages", a.num_stages);
     shape.take_int("block_kv", a.block_kv);
@@ -180,13 +185,12 @@ int cmd_bench(const Argv& argv) {
     r = bench::bench_mla_indexer(a);
   } else if (op == "sparse_prefill") {
     bench::SparsePrefillBenchArgs a;
-    // The tuner's vocabulary: tokens = query tokens (s_q), keys = keys in the cache (s_kv).
-    shape.take_int("tokens", "s_q", a.s_q);
+    // The tuner's vocabulary: tokens = query tokens, keys = keys in the cache.
+    shape.take_int("tokens", a.tokens);
     shape.take_int("heads", a.num_heads);
-    shape.take_int("topk", a.topk);
-    shape.take_int("keys", "s_kv", a.s_kv);
+    shape.take_int("top_k", a.top_k);
+    shape.take_int("keys", a.keys);
     shape.take_dtype("kv_dtype", a.kv_dtype);
-    shape.take_int("b_topk", a.b_topk);
     shape.take_int("page_size", a.page_size);
     shape.take_int("layers", a.layers);
     shape.take_int("ctas", a.ctas);
@@ -195,7 +199,7 @@ int cmd_bench(const Argv& argv) {
     MLAJIT_EXPECT(split_parts >= 0 && split_parts <= 256, "--shape split_parts", split_parts,
                   "0 (automatic), 1 (no tail split) or a cap on the parts up to 256");
     a.split_parts = static_cast<int>(split_parts);
-    shape.take_int("scale_block_size", a.scale_block_size);
+    shape.take_int("quantization_granularity", a.quantization_granularity);
     if (auto f = shape.take("scale_fmt")) a.scale_fmt = parse_scale_fmt(*f, "--shape scale_fmt");
     shape.take_bool("sink", a.attn_sink);
     shape.take_bool("lse", a.emit_lse);

@@ -3,6 +3,7 @@
 
 #include <climits>
 
+#include "core/renamed_keys.hpp"
 #include "mlajit/error.hpp"
 
 namespace mlajit::cli {
@@ -40,11 +41,6 @@ long long ShapeArg::take_integer(const char* key, long long max, bool& present) 
   return x;
 }
 
-void ShapeArg::reject_both(const char* key, const char* alias) const {
-  if (kv_.count(key) && kv_.count(alias))
-    throw_invalid(std::string("--shape ") + key, fmt::format("both {} and {}", key, alias), "one of the two (same meaning)");
-}
-
 void ShapeArg::take_int(const char* key, int& v) {
   bool present = false;
   long long x = take_integer(key, INT_MAX, present);
@@ -77,7 +73,10 @@ std::optional<std::string> ShapeArg::take(const char* key) {
 }
 
 void ShapeArg::done(const std::string& op) const {
-  if (!kv_.empty()) throw_invalid("--shape key for " + op, kv_.begin()->first, "a key listed by `mlajit bench --help`");
+  if (!kv_.empty()) {
+    const std::string& key = kv_.begin()->first;
+    throw_invalid("--shape key for " + op, key, "a key listed by `mlajit bench --help`" + renamed_key_hint(key));
+  }
 }
 
 }  // namespace mlajit::cli

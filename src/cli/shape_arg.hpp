@@ -1,7 +1,8 @@
 #pragma once
 // The `--shape k=v,k=v,...` argument of `mlajit bench`: parsed into a key -> text map whose keys
 // the op's parser consumes one by one; a key left over, repeated, or with a malformed value is a
-// usage error naming the key, the value and what was expected.
+// usage error naming the key, the value and what was expected. Each key has one spelling; a key
+// that was renamed is refused with a hint naming its new spelling (src/core/renamed_keys.hpp).
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -20,13 +21,6 @@ class ShapeArg {
   // wraps around when stored in an int.
   void take_int(const char* key, int& v);
   void take_int(const char* key, int64_t& v);
-  // A key with an older spelling (`alias`, same meaning): either may be given, not both.
-  template <typename T>
-  void take_int(const char* key, const char* alias, T& v) {
-    reject_both(key, alias);
-    take_int(key, v);
-    take_int(alias, v);
-  }
   void take_bool(const char* key, bool& v);  // "0" or "1"
   void take_dtype(const char* key, DType& v);
   std::optional<std::string> take(const char* key);
@@ -35,7 +29,6 @@ class ShapeArg {
 
  private:
   long long take_integer(const char* key, long long max, bool& present);
-  void reject_both(const char* key, const char* alias) const;
   std::map<std::string, std::string> kv_;
 };
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/param_checks.hpp"
+#include "core/renamed_keys.hpp"
 #include "mlajit/error.hpp"
 #include "core/op_definition.hpp"
 
@@ -115,7 +116,7 @@ struct JsonReader {
     for (auto it = in.begin(); it != in.end(); ++it)
       if (!seen.count(it.key()))
         throw_invalid(path, fmt::format("unknown field \"{}\"", it.key()),
-                      fmt::format("only the fields of this op ({})", known()));
+                      fmt::format("only the fields of this op ({}){}", known(), renamed_key_hint(it.key())));
   }
   std::string known() const {
     std::string s;
@@ -175,8 +176,9 @@ void PagedKVCacheParams::validate(const std::string& p) const {
     MLAJIT_EXPECT(quantization_granularity >= 0 && quantization_granularity <= head_size,
                   p + ".quantization_granularity", quantization_granularity,
                   fmt::format("an integer in [1, head_size={}] (0 = head_size)", head_size));
-    MLAJIT_EXPECT(granularity() % 4 == 0 || granularity() == head_size, p + ".quantization_granularity",
-                  quantization_granularity, "a multiple of 4 or the head size");
+    const int g = resolved_quantization_granularity();
+    MLAJIT_EXPECT(g % 4 == 0 || g == head_size, p + ".quantization_granularity", quantization_granularity,
+                  "a multiple of 4 or the head size");
   } else {
     MLAJIT_EXPECT(quantization_granularity == 0, p + ".quantization_granularity", quantization_granularity,
                   "0 (scales exist only for dtype fp8_e4m3)");

@@ -97,7 +97,7 @@ int64_t kv_cache_store(const KvCacheStoreParams& p, const std::vector<uint8_t>& 
       for (int i = 0; i < H * D; ++i) encode(c.dtype, decode(p.input_dtype, src + i * in_size), dst + i * out_size);
       continue;
     }
-    const int G = c.granularity(), NG = c.head_dim_granularity();
+    const int G = c.resolved_quantization_granularity(), NG = c.head_dim_granularity();
     for (int h = 0; h < H; ++h) {
       for (int k = 0; k < NG; ++k) {
         const int d0 = k * G, d1 = std::min(D, d0 + G);
@@ -142,7 +142,7 @@ int64_t kv_cache_gather(const KvCacheGatherParams& p, const HostPagedCache& cach
         const int e = h * D + d;
         volatile float v = decode(c.dtype, src + e * in_size);
         if (c.quantized()) {
-          const float s = cache.row_scales(r)[h * c.head_dim_granularity() + d / c.granularity()];
+          const float s = cache.row_scales(r)[h * c.head_dim_granularity() + d / c.resolved_quantization_granularity()];
           v = v * s;
         }
         encode(p.output_dtype, v, dst + e * out_size);

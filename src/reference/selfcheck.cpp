@@ -278,7 +278,7 @@ CheckResult check_op(const SparsePrefillParams& p, uint64_t seed) {
   lse.fill_bytes(testdata::kPoisonByte);
   ops::PagedCacheView kv;
   kv.blocks = TensorView(blocks.get(), p.kv_dtype, {pb.num_blocks, 1, pb.num_layers, p.page_size, 1, 576});
-  if (p.kv_dtype == DType::fp8_e4m3 && p.scale_block_size > 0)
+  if (p.kv_dtype == DType::fp8_e4m3 && p.quantization_granularity > 0)
     kv.scales = TensorView(scales.get(), DType::f32, {pb.num_blocks, 1, pb.num_layers, p.page_size, 1, p.scales_per_token()});
   Timer t;
   ops::sparse_prefill(p, TensorView(q.get(), DType::bf16, {T, H, 576}), kv,

@@ -40,20 +40,20 @@ void decode_row(const SparsePrefillProblem& pb, int64_t row, double* k) {
     return;
   }
   const uint8_t* src = pb.blocks.data() + static_cast<size_t>(row) * 576;
-  const int sbs = pb.p.scale_block_size;
+  const int G = pb.p.quantization_granularity;  // elements per scale (0: unit scales)
   const int spt = pb.p.scales_per_token();
   for (int d = 0; d < 576; ++d) {
-    const double s = sbs > 0 ? static_cast<double>(pb.scales[static_cast<size_t>(row) * spt + d / sbs]) : 1.0;
+    const double s = G > 0 ? static_cast<double>(pb.scales[static_cast<size_t>(row) * spt + d / G]) : 1.0;
     k[d] = static_cast<double>(e4m3_to_float(src[d])) * s;
   }
 }
 
 void staged_bf16_row(const SparsePrefillProblem& pb, int64_t row, uint16_t* out) {
   const uint8_t* src = pb.blocks.data() + static_cast<size_t>(row) * 576;
-  const int sbs = pb.p.scale_block_size;
+  const int G = pb.p.quantization_granularity;  // elements per scale (0: unit scales)
   const int spt = pb.p.scales_per_token();
   for (int d = 0; d < 576; ++d) {
-    const float s = sbs > 0 ? pb.scales[static_cast<size_t>(row) * spt + d / sbs] : 1.0f;
+    const float s = G > 0 ? pb.scales[static_cast<size_t>(row) * spt + d / G] : 1.0f;
     out[d] = float_to_bf16(e4m3_to_float(src[d]) * s);  // one f32 product, as the device computes it
   }
 }
@@ -61,7 +61,7 @@ void staged_bf16_row(const SparsePrefillProblem& pb, int64_t row, uint16_t* out)
 SparsePrefillProblem staged_bf16_problem(const SparsePrefillProblem& pb) {
   SparsePrefillProblem s = pb;
   s.p.kv_dtype = DType::bf16;
-  s.p.scale_block_size = 0;
+  s.p.quantization_granularity = 0;
   s.p.scale_fmt = ScaleFmt::fp32;
   s.p.kv_staging = KvStaging::none;
   s.scales.clear();
@@ -196,9 +196,9 @@ SparsePrefillProblem make_random_problem(const SparsePrefillParams& p, const Spa
   const int64_t rows = pb.num_blocks * s.num_layers * page;
   pb.blocks.resize(pb.block_bytes());
   const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
-  const int sbs = fp8 ? p.scale_block_size : 0;
+  const int G = fp8 ? p.quantization_granularity : 0;  // elements per scale (0: unit scales)
   const int spt = p.scales_per_token();
-  if (fp8 && sbs > 0) pb.scales.resize(static_cast<size_t>(rows) * spt);
+  if (fp8 && G > 0) pb.scales.resize(static_cast<size_t>(rows) * spt);
   std::vector<float> x(576);
   for (int64_t r = 0; r < rows; ++r) {
     for (auto& v : x) v = normal(rng);
@@ -207,7 +207,7 @@ SparsePrefillProblem make_random_problem(const SparsePrefillParams& p, const Spa
         const uint16_t b = float_to_bf16(x[d]);
         std::memcpy(pb.blocks.data() + (static_cast<size_t>(r) * 576 + d) * 2, &b, 2);
       }
-    } else if (sbs == 0) {
+    } else if (G == 0) {
       for (int d = 0; d < 576; ++d) pb.blocks[static_cast<size_t>(r) * 576 + d] = float_to_e4m3(x[d]);
     } else {
       const bool ue8m0 = p.scale_fmt == ScaleFmt::ue8m0;
@@ -217,13 +217,13 @@ SparsePrefillProblem make_random_problem(const SparsePrefillParams& p, const Spa
           // power-of-two scales differ (a kernel applying a neighbour's scale, or none, fails).
           const int lo = s.ue8m0_group_exp_lo, span = s.ue8m0_group_exp_hi - lo + 1;
           const float mag = std::ldexp(1.0f, static_cast<int>(rng() % static_cast<uint32_t>(span)) + lo);
-          for (int d = b * sbs; d < (b + 1) * sbs; ++d) x[d] *= mag;
+          for (int d = b * G; d < (b + 1) * G; ++d) x[d] *= mag;
         }
         float amax = 0;
-        for (int d = b * sbs; d < (b + 1) * sbs; ++d) amax = std::max(amax, std::fabs(x[d]));
+        for (int d = b * G; d < (b + 1) * G; ++d) amax = std::max(amax, std::fabs(x[d]));
         const float scale = fp8_group_scale(amax, p.scale_fmt);  // SPEC §1, the store's rule
         pb.scales[static_cast<size_t>(r) * spt + b] = scale;
-        for (int d = b * sbs; d < (b + 1) * sbs; ++d)
+        for (int d = b * G; d < (b + 1) * G; ++d)
           pb.blocks[static_cast<size_t>(r) * 576 + d] = float_to_e4m3(x[d] / scale);
       }
     }

@@ -16,7 +16,7 @@ namespace mlajit::ref {
 // (tests/gpu/test_sparse_prefill.cpp) and `mlajit check`. Its error comes from rounding q (per
 // token and head, scale amax / 448) and P (256 P) to e4m3: about 3% of each score's and each
 // probability's value, so the lse error grows with the spread of the logits, i.e. with the
-// softmax scale for given q and k. Measured on an H100 (docs/notes/sparse_prefill_sm90.md, 23) on
+// softmax scale for given q and k. Measured on an H100 on
 // the random test data (normal q and k, scale amax / 448): at softmax scale 1/sqrt(576) relative
 // Frobenius 0.017-0.033, cosine >= 0.99946, lse max error 0.008-0.058; at 0.2 (logits 4.8x wider)
 // 0.055, 0.9985, 0.38. The bounds leave ~30% above the worst measured relative Frobenius and lse
@@ -50,7 +50,7 @@ struct SparsePrefillProblem {
   int64_t indices_stride = 0;
   std::vector<uint16_t> q;             // bf16 bits [T, H, 576]
   std::vector<uint8_t> blocks;         // raw kv_dtype bytes [num_blocks, 1, num_layers, page_size, 1, 576]
-  std::vector<float> scales;           // [num_blocks, 1, num_layers, page_size, 1, spt] (fp8 with sbs > 0)
+  std::vector<float> scales;           // [num_blocks, 1, num_layers, page_size, 1, spt] (fp8, quantization_granularity > 0)
   std::vector<uint32_t> indices;       // [T, indices_stride] encoded (block * page_size + offset)
   std::vector<uint32_t> topk_lengths;  // [T]
   std::vector<float> attn_sink;        // [H] when p.attn_sink
@@ -99,8 +99,8 @@ struct SparsePrefillShape {
   int ue8m0_group_exp_lo = -3, ue8m0_group_exp_hi = 3;
 };
 
-// Random normal q and cache (bf16, or fp8 quantized per scale block with scale = amax / 448;
-// unit scales when scale_block_size is 0), pages shuffled through a random permutation, distinct
+// Random normal q and cache (bf16, or fp8 quantized per group of quantization_granularity elements
+// with scale = amax / 448; unit scales when quantization_granularity is 0), pages shuffled through a random permutation, distinct
 // random token indices per row encoded to physical rows.
 SparsePrefillProblem make_random_problem(const SparsePrefillParams& p, const SparsePrefillShape& s, uint64_t seed);
 

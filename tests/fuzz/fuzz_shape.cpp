@@ -14,9 +14,9 @@ using namespace mlajit;
 namespace {
 
 // The keys of every op's --shape (cmd_bench.cpp), by kind.
-const char* const kIntKeys[] = {"tokens", "heads", "head_size", "page_size", "layers", "granularity",
-                                "threads", "top_k", "topk", "b_topk", "scale_block_size"};
-const char* const kWideKeys[] = {"new_tokens", "cached_tokens", "s_q", "s_kv"};
+const char* const kIntKeys[] = {"heads", "head_size", "page_size", "layers", "threads", "top_k",
+                                "quantization_granularity", "stages", "block_kv", "ctas"};
+const char* const kWideKeys[] = {"tokens", "keys", "split_parts"};
 const char* const kBoolKeys[] = {"mla", "sink", "lse"};
 const char* const kDtypeKeys[] = {"dtype", "io_dtype", "kv_dtype"};
 

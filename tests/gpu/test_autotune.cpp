@@ -176,7 +176,7 @@ TEST_CASE("gather and remap workloads verify every candidate of their default kn
       {"op": "sparse_index_remap", "params": {"page_size": 64}}]})"));
   TuneOptions o = small_options(dir.path.string());
   o.shapes[Op::kv_cache_gather] = {{"tokens", 4096}, {"batch", 3}, {"context", 700}};
-  o.shapes[Op::sparse_index_remap] = {{"tokens", 256}, {"topk", 2048}, {"batch", 3}, {"context", 5000}};
+  o.shapes[Op::sparse_index_remap] = {{"tokens", 256}, {"top_k", 2048}, {"batch", 3}, {"context", 5000}};
   const TuneReport rep = tune(groups, o);
   REQUIRE(rep.groups.size() == 2);
   for (const auto& g : rep.groups) {

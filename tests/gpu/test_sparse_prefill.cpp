@@ -11,9 +11,8 @@
 //
 // The FP8-math mode (qk_math fp8: e4m3 Q, K and P on FP8 tensor cores, Hopper only) runs the same
 // data and checks with bounds of its own: ref::fp8_math_bounds (relative Frobenius, cosine and lse,
-// by softmax scale) in src/reference/sparse_prefill_ref.hpp, set from the first GPU measurement
-// (docs/notes/sparse_prefill_sm90.md, 23); they are shared with
-// `mlajit check`. Every FP8-math case prints its measured values next to the bounds.
+// by softmax scale) in src/reference/sparse_prefill_ref.hpp, set from GPU measurements and shared
+// with `mlajit check`. Every FP8-math case prints its measured values next to the bounds.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -44,9 +43,8 @@ struct Case {
   int heads;
   int64_t tokens;
   int64_t stride;
-  int b_topk;
   int page;
-  int sbs = 0;
+  int quant_granularity = 0;
   bool sink = false;
   bool lse = true;
   double lse_tol = 1e-4;
@@ -59,9 +57,9 @@ struct Case {
 
 // A case of an fp8 cache whose scales are powers of two (params scale_fmt ue8m0, as kv_cache_store
 // writes them with scale_fmt ue8m0); the data's groups differ in magnitude by up to 2^6.
-Case ue8m0_case(const char* name, int heads, int64_t tokens, int64_t stride, int b_topk, int page, int sbs, bool sink,
+Case ue8m0_case(const char* name, int heads, int64_t tokens, int64_t stride, int page, int quant_granularity, bool sink,
                 bool lse = true, double lse_tol = 1e-4, float softmax_scale = 0.0416667f) {
-  Case c{name, DType::fp8_e4m3, heads, tokens, stride, b_topk, page, sbs, sink, lse, lse_tol};
+  Case c{name, DType::fp8_e4m3, heads, tokens, stride, page, quant_granularity, sink, lse, lse_tol};
   c.softmax_scale = softmax_scale;
   c.scale_fmt = ScaleFmt::ue8m0;
   return c;
@@ -69,18 +67,18 @@ Case ue8m0_case(const char* name, int heads, int64_t tokens, int64_t stride, int
 
 // A ue8m0 case whose group magnitudes span 2^lo .. 2^hi; the softmax scale shrinks with 2^hi so the
 // scores keep the default case's spread.
-Case wide_ue8m0_case(const char* name, int heads, int64_t tokens, int64_t stride, int b_topk, int page, int sbs, bool sink,
+Case wide_ue8m0_case(const char* name, int heads, int64_t tokens, int64_t stride, int page, int quant_granularity, bool sink,
                      int lo, int hi) {
-  Case c = ue8m0_case(name, heads, tokens, stride, b_topk, page, sbs, sink, true, 1e-4, std::ldexp(0.0416667f, -hi));
+  Case c = ue8m0_case(name, heads, tokens, stride, page, quant_granularity, sink, true, 1e-4, std::ldexp(0.0416667f, -hi));
   c.ue8m0_exp_lo = lo;
   c.ue8m0_exp_hi = hi;
   return c;
 }
 
-// A case of the FP8-math mode: an fp8 cache with unit (sbs 0) or per-row (sbs 576) scales.
-Case fp8_math_case(const char* name, int heads, int64_t tokens, int64_t stride, int b_topk, int page, int sbs,
+// A case of the FP8-math mode: an fp8 cache with unit (quant_granularity 0) or per-row (quant_granularity 576) scales.
+Case fp8_math_case(const char* name, int heads, int64_t tokens, int64_t stride, int page, int quant_granularity,
                    bool sink, bool lse = true, float softmax_scale = 0.0416667f) {
-  Case c{name, DType::fp8_e4m3, heads, tokens, stride, b_topk, page, sbs, sink, lse};
+  Case c{name, DType::fp8_e4m3, heads, tokens, stride, page, quant_granularity, sink, lse};
   c.softmax_scale = softmax_scale;
   c.qk_math = QkMath::fp8;
   return c;
@@ -90,9 +88,8 @@ SparsePrefillParams params_of(const Case& c) {
   SparsePrefillParams p;
   p.kv_dtype = c.kv;
   p.num_q_heads = c.heads;
-  p.b_topk = c.b_topk;
   p.page_size = c.page;
-  p.scale_block_size = c.sbs;
+  p.quantization_granularity = c.quant_granularity;
   p.attn_sink = c.sink;
   p.emit_lse = c.lse;
   p.qk_math = c.qk_math;
@@ -196,7 +193,7 @@ Outputs run_on_device(const ref::SparsePrefillProblem& pb, DeviceProblem& d, Pat
   return o;
 }
 
-// The Hopper kernel rounds K * group_scale to bf16 (fp8 with 0 < scale_block_size < 576), like any
+// The Hopper kernel rounds K * group_scale to bf16 (fp8 with 0 < quantization_granularity < 576), like any
 // bf16-dequantized cache, so its lse is only ~1e-3 accurate there. The op's automatic path sends
 // such specs to the exact portable kernel (ops/sparse_prefill/plan.cpp: sm90_preferred), which is held
 // to the SPEC's 1e-4; the forced Hopper path is checked at this documented looser bound. With
@@ -355,7 +352,7 @@ void run_staged_case(const Case& c, uint64_t seed) {
   const auto st = ref::staged_bf16_problem(pb);
   const auto r_staged = ref::sparse_prefill_reference(st);
   const auto r_fp8 = ref::sparse_prefill_reference(pb);
-  const bool exact_staging = p.scale_block_size == 0 || p.scale_fmt == ScaleFmt::ue8m0;
+  const bool exact_staging = p.quantization_granularity == 0 || p.scale_fmt == ScaleFmt::ue8m0;
   Case c_staged = c;
   const std::string name_staged = std::string(c.name) + ", staged bf16, vs the staged problem";
   c_staged.name = name_staged.c_str();
@@ -399,20 +396,20 @@ void run_staged_case(const Case& c, uint64_t seed) {
 TEST_SUITE("sparse_prefill_small") {
   TEST_CASE("sparse_prefill small: bf16 and fp8, every feature") {
     const Case cases[] = {
-        {"small bf16 h16 b64 p64 sink", DType::bf16, 16, 6, 128, 64, 64, 0, true, true},
-        {"small bf16 h48 b128 p128", DType::bf16, 48, 5, 256, 128, 128, 0, false, true},
-        {"small fp8 sbs64 h64 b64 p64 sink", DType::fp8_e4m3, 64, 5, 192, 64, 64, 64, true, true},
-        {"small fp8 sbs0 h16 b128 p128 nolse", DType::fp8_e4m3, 16, 5, 128, 128, 128, 0, false, false},
-        {"small fp8 sbs576 h32 b64 p64", DType::fp8_e4m3, 32, 5, 128, 64, 64, 576, false, true},
+        {"small bf16 h16 p64 sink", DType::bf16, 16, 6, 128, 64, 0, true, true},
+        {"small bf16 h48 p128", DType::bf16, 48, 5, 256, 128, 0, false, true},
+        {"small fp8 g64 h64 p64 sink", DType::fp8_e4m3, 64, 5, 192, 64, 64, true, true},
+        {"small fp8 g0 h16 p128 nolse", DType::fp8_e4m3, 16, 5, 128, 128, 0, false, false},
+        {"small fp8 g576 h32 p64", DType::fp8_e4m3, 32, 5, 128, 64, 576, false, true},
         // f16 tiles with two CTAs per token (80..128 heads) under the sanitizers too.
-        {"small fp8 sbs576 h128 b64 p64 sink", DType::fp8_e4m3, 128, 5, 192, 64, 64, 576, true, true},
-        {"small fp8 sbs0 h96 b128 p64 nolse", DType::fp8_e4m3, 96, 4, 256, 128, 64, 0, false, false},
-        fp8_math_case("small fp8-math sbs576 h80 b64 p64 sink", 80, 5, 192, 64, 64, 576, true),
-        fp8_math_case("small fp8-math sbs0 h16 b128 p16", 16, 5, 128, 128, 16, 0, false),
-        ue8m0_case("small fp8 sbs64 ue8m0 h64 b64 p64 sink", 64, 5, 192, 64, 64, 64, true),
+        {"small fp8 g576 h128 p64 sink", DType::fp8_e4m3, 128, 5, 192, 64, 576, true, true},
+        {"small fp8 g0 h96 p64 nolse", DType::fp8_e4m3, 96, 4, 256, 64, 0, false, false},
+        fp8_math_case("small fp8-math g576 h80 p64 sink", 80, 5, 192, 64, 576, true),
+        fp8_math_case("small fp8-math g0 h16 p16", 16, 5, 128, 16, 0, false),
+        ue8m0_case("small fp8 g64 ue8m0 h64 p64 sink", 64, 5, 192, 64, 64, true),
         // Width 192 on f16 tiles (kF16Group: owner-lane scale loads, shuffled multipliers, a per-row
         // 2^R) with R above 0 for some rows, two CTAs per token.
-        wide_ue8m0_case("small fp8 sbs192 ue8m0 h128 b128 p64 groups 2^-2..2^17", 128, 4, 256, 128, 64, 192, true, -2, 17),
+        wide_ue8m0_case("small fp8 g192 ue8m0 h128 p64 groups 2^-2..2^17", 128, 4, 256, 64, 192, true, -2, 17),
     };
     uint64_t seed = 100;
     for (const Case& c : cases) run_case(c, seed++);
@@ -431,7 +428,7 @@ TEST_SUITE("sparse_prefill_small") {
       }
       // The tail split under the sanitizers: 5 items in 2 parts each on the automatic grid, and on 4
       // CTAs (4 whole items, then the fifth in 2 parts).
-      const Case c{"small bf16 h64 s5 topk512 b64 p64 sink (tail split)", DType::bf16, 64, 5, 512, 64, 64, 0, true};
+      const Case c{"small bf16 h64 s5 topk512 p64 sink (tail split)", DType::bf16, 64, 5, 512, 64, 0, true};
       const auto pb = problem_of(c, 151);
       DeviceProblem d(pb);
       const auto r = ref::sparse_prefill_reference(pb);
@@ -450,9 +447,9 @@ TEST_SUITE("sparse_prefill_small") {
 TEST_SUITE("sparse_prefill_small") {
   TEST_CASE("sparse_prefill small: kv_staging bf16 (fp8 rows staged as bf16, then the bf16 kernel)") {
     const Case cases[] = {
-        {"small staged fp8 sbs576 h128 b64 p64 sink", DType::fp8_e4m3, 128, 5, 192, 64, 64, 576, true, true},
-        {"small staged fp8 sbs0 h16 b128 p16 nolse", DType::fp8_e4m3, 16, 5, 128, 128, 16, 0, false, false},
-        ue8m0_case("small staged fp8 sbs64 ue8m0 h64 b64 p64", 64, 5, 192, 64, 64, 64, false),
+        {"small staged fp8 g576 h128 p64 sink", DType::fp8_e4m3, 128, 5, 192, 64, 576, true, true},
+        {"small staged fp8 g0 h16 p16 nolse", DType::fp8_e4m3, 16, 5, 128, 16, 0, false, false},
+        ue8m0_case("small staged fp8 g64 ue8m0 h64 p64", 64, 5, 192, 64, 64, false),
     };
     uint64_t seed = 170;
     for (const Case& c : cases) run_staged_case(c, seed++);
@@ -462,19 +459,19 @@ TEST_SUITE("sparse_prefill_small") {
 TEST_SUITE("sparse_prefill") {
   TEST_CASE("sparse_prefill kv_staging bf16 against the f64 references, every row choice and path") {
     const Case cases[] = {
-        {"staged fp8 sbs576 h128 s62 topk512 b64 p64 sink", DType::fp8_e4m3, 128, 62, 512, 64, 64, 576, true},
+        {"staged fp8 g576 h128 s62 topk512 p64 sink", DType::fp8_e4m3, 128, 62, 512, 64, 576, true},
         // f32 group scales (the fused path sends them to the portable kernel) and 8-element blocks
         // (below the fused Hopper kernel's 16): staged, both run on the bf16 Hopper kernel.
-        {"staged fp8 sbs64 h80 s37 topk384 b128 p32", DType::fp8_e4m3, 80, 37, 384, 128, 32, 64},
-        {"staged fp8 sbs8 h48 s9 topk256 b64 p64 nolse", DType::fp8_e4m3, 48, 9, 256, 64, 64, 8, false, false},
-        {"staged fp8 sbs0 h64 s213 topk256 b128 p128 sink", DType::fp8_e4m3, 64, 213, 256, 128, 128, 0, true},
-        ue8m0_case("staged fp8 sbs64 ue8m0 h128 s20 topk2048 b64 p64 sink", 128, 20, 2048, 64, 64, 64, true),
-        wide_ue8m0_case("staged fp8 sbs192 ue8m0 h128 s6 topk512 b128 p64 groups 2^-2..2^17", 128, 6, 512, 128, 64, 192,
+        {"staged fp8 g64 h80 s37 topk384 p32", DType::fp8_e4m3, 80, 37, 384, 32, 64},
+        {"staged fp8 g8 h48 s9 topk256 p64 nolse", DType::fp8_e4m3, 48, 9, 256, 64, 8, false, false},
+        {"staged fp8 g0 h64 s213 topk256 p128 sink", DType::fp8_e4m3, 64, 213, 256, 128, 0, true},
+        ue8m0_case("staged fp8 g64 ue8m0 h128 s20 topk2048 p64 sink", 128, 20, 2048, 64, 64, true),
+        wide_ue8m0_case("staged fp8 g192 ue8m0 h128 s6 topk512 p64 groups 2^-2..2^17", 128, 6, 512, 64, 192,
                         true, -2, 17),
         // 140000 one-row pages: more than the marking's shared-memory page set (2^17), so the
         // marked mode checks the global page flags per slot.
         [] {
-          Case c{"staged fp8 sbs576 h64 s7 topk256 b64 p1, 140000 pages", DType::fp8_e4m3, 64, 7, 256, 64, 1, 576, true};
+          Case c{"staged fp8 g576 h64 s7 topk256 p1, 140000 pages", DType::fp8_e4m3, 64, 7, 256, 1, 576, true};
           c.kv_tokens = 140000;
           return c;
         }(),
@@ -485,13 +482,13 @@ TEST_SUITE("sparse_prefill") {
 
   TEST_CASE("sparse_prefill bf16") {
     const Case cases[] = {
-        {"bf16 h128 s62 topk512 b64 p64", DType::bf16, 128, 62, 512, 64, 64},
-        {"bf16 h64 s213 topk256 b128 p128 sink", DType::bf16, 64, 213, 256, 128, 128, 0, true},
-        {"bf16 h16 s1 topk2048 b64 p64 sink", DType::bf16, 16, 1, 2048, 64, 64, 0, true},
-        {"bf16 h128 s5 topk2048 b128 p128", DType::bf16, 128, 5, 2048, 128, 128},
-        {"bf16 h80 s13 topk192 b64 p64 nolse", DType::bf16, 80, 13, 192, 64, 64, 0, false, false},
-        {"bf16 h112 s7 topk320 b64 p64 sink", DType::bf16, 112, 7, 320, 64, 64, 0, true},
-        {"bf16 h48 s9 topk256 b128 p64 sharp", DType::bf16, 48, 9, 256, 128, 64, 0, false, true, 1e-4, 4096, 0.2f},
+        {"bf16 h128 s62 topk512 p64", DType::bf16, 128, 62, 512, 64},
+        {"bf16 h64 s213 topk256 p128 sink", DType::bf16, 64, 213, 256, 128, 0, true},
+        {"bf16 h16 s1 topk2048 p64 sink", DType::bf16, 16, 1, 2048, 64, 0, true},
+        {"bf16 h128 s5 topk2048 p128", DType::bf16, 128, 5, 2048, 128},
+        {"bf16 h80 s13 topk192 p64 nolse", DType::bf16, 80, 13, 192, 64, 0, false, false},
+        {"bf16 h112 s7 topk320 p64 sink", DType::bf16, 112, 7, 320, 64, 0, true},
+        {"bf16 h48 s9 topk256 p64 sharp", DType::bf16, 48, 9, 256, 64, 0, false, true, 1e-4, 4096, 0.2f},
     };
     uint64_t seed = 1;
     for (const Case& c : cases) run_case(c, seed++);
@@ -499,14 +496,14 @@ TEST_SUITE("sparse_prefill") {
 
   TEST_CASE("sparse_prefill fp8") {
     const Case cases[] = {
-        {"fp8 sbs0 h128 s62 topk128 b128 p64", DType::fp8_e4m3, 128, 62, 128, 128, 64, 0},
-        {"fp8 sbs64 h64 s62 topk1024 b64 p128 sink", DType::fp8_e4m3, 64, 62, 1024, 64, 128, 64, true},
-        {"fp8 sbs576 h128 s13 topk2048 b128 p64", DType::fp8_e4m3, 128, 13, 2048, 128, 64, 576},
-        {"fp8 sbs64 h16 s213 topk128 b64 p64", DType::fp8_e4m3, 16, 213, 128, 64, 64, 64},
-        {"fp8 sbs16 h96 s9 topk384 b128 p64 sink", DType::fp8_e4m3, 96, 9, 384, 128, 64, 16, true},
-        // Scale blocks that are not a multiple of 16 take the bf16-dequantized path: each K
+        {"fp8 g0 h128 s62 topk128 p64", DType::fp8_e4m3, 128, 62, 128, 64, 0},
+        {"fp8 g64 h64 s62 topk1024 p128 sink", DType::fp8_e4m3, 64, 62, 1024, 128, 64, true},
+        {"fp8 g576 h128 s13 topk2048 p64", DType::fp8_e4m3, 128, 13, 2048, 64, 576},
+        {"fp8 g64 h16 s213 topk128 p64", DType::fp8_e4m3, 16, 213, 128, 64, 64},
+        {"fp8 g16 h96 s9 topk384 p64 sink", DType::fp8_e4m3, 96, 9, 384, 64, 16, true},
+        // Quantization granularities that are not a multiple of 16 take the bf16-dequantized path: each K
         // element is rounded to bf16 after scaling, so scores carry ~2^-9 relative noise per term.
-        {"fp8 sbs72 h32 s13 topk384 b128 p64 (rounded scales)", DType::fp8_e4m3, 32, 13, 384, 128, 64, 72, false,
+        {"fp8 g72 h32 s13 topk384 p64 (rounded scales)", DType::fp8_e4m3, 32, 13, 384, 64, 72, false,
          true, 5e-3},
     };
     uint64_t seed = 50;
@@ -520,25 +517,25 @@ TEST_SUITE("sparse_prefill") {
     // (For widths that are not multiples of 16 the portable kernel rounds K * scale to bf16 too,
     // which power-of-two scales also make exact.)
     const Case cases[] = {
-        ue8m0_case("fp8 sbs64 ue8m0 h128 s13 topk2048 b64 p64 sink", 128, 13, 2048, 64, 64, 64, true),
-        ue8m0_case("fp8 sbs16 ue8m0 h64 s62 topk512 b128 p128", 64, 62, 512, 128, 128, 16, false),
-        ue8m0_case("fp8 sbs192 ue8m0 h32 s9 topk384 b64 p64 sink", 32, 9, 384, 64, 64, 192, true),
-        ue8m0_case("fp8 sbs32 ue8m0 h16 s213 topk128 b64 p16 nolse", 16, 213, 128, 64, 16, 32, false, false),
-        ue8m0_case("fp8 sbs288 ue8m0 h80 s7 topk384 b128 p64", 80, 7, 384, 128, 64, 288, false),
+        ue8m0_case("fp8 g64 ue8m0 h128 s13 topk2048 p64 sink", 128, 13, 2048, 64, 64, true),
+        ue8m0_case("fp8 g16 ue8m0 h64 s62 topk512 p128", 64, 62, 512, 128, 16, false),
+        ue8m0_case("fp8 g192 ue8m0 h32 s9 topk384 p64 sink", 32, 9, 384, 64, 192, true),
+        ue8m0_case("fp8 g32 ue8m0 h16 s213 topk128 p16 nolse", 16, 213, 128, 16, 32, false, false),
+        ue8m0_case("fp8 g288 ue8m0 h80 s7 topk384 p64", 80, 7, 384, 64, 288, false),
         // Widths that are not multiples of 16: a 16-element chunk takes two scales (72: the
         // 8-element halves; 36: a boundary anywhere in the chunk).
-        ue8m0_case("fp8 sbs72 ue8m0 h64 s9 topk256 b64 p64 sink", 64, 9, 256, 64, 64, 72, true),
-        ue8m0_case("fp8 sbs36 ue8m0 h32 s9 topk256 b128 p64", 32, 9, 256, 128, 64, 36, false),
-        ue8m0_case("fp8 sbs64 ue8m0 h48 s9 topk1024 b64 p64 spread24", 48, 9, 1024, 64, 64, 64, false, true, 5e-4, 1.0f),
+        ue8m0_case("fp8 g72 ue8m0 h64 s9 topk256 p64 sink", 64, 9, 256, 64, 72, true),
+        ue8m0_case("fp8 g36 ue8m0 h32 s9 topk256 p64", 32, 9, 256, 64, 36, false),
+        ue8m0_case("fp8 g64 ue8m0 h48 s9 topk1024 p64 spread24", 48, 9, 1024, 64, 64, false, true, 5e-4, 1.0f),
         // Group magnitudes far apart and scales above 1 (|x| > 448). Width 192 runs on f16 tiles
         // with a per-row power of two 2^R (kF16Group): such scales move R above 0, and rows whose
         // scales span more than 2^22 take R = e_max - 7 (their smallest groups lose bits far below
         // the row's largest). Width 64 keeps the bf16 decode, exact up to 2^71.
-        wide_ue8m0_case("fp8 sbs64 ue8m0 h64 s9 topk512 b64 p64 groups 2^-2..2^17", 64, 9, 512, 64, 64, 64, true, -2, 17),
-        wide_ue8m0_case("fp8 sbs192 ue8m0 h32 s9 topk256 b128 p16 groups 2^-2..2^17", 32, 9, 256, 128, 16, 192, false, -2,
+        wide_ue8m0_case("fp8 g64 ue8m0 h64 s9 topk512 p64 groups 2^-2..2^17", 64, 9, 512, 64, 64, true, -2, 17),
+        wide_ue8m0_case("fp8 g192 ue8m0 h32 s9 topk256 p16 groups 2^-2..2^17", 32, 9, 256, 16, 192, false, -2,
                         17),
-        wide_ue8m0_case("fp8 sbs64 ue8m0 h16 s9 topk384 b64 p64 groups 2^-12..2^12", 16, 9, 384, 64, 64, 64, true, -12, 12),
-        wide_ue8m0_case("fp8 sbs192 ue8m0 h16 s9 topk256 b64 p64 groups 2^-12..2^12", 16, 9, 256, 64, 64, 192, false, -12,
+        wide_ue8m0_case("fp8 g64 ue8m0 h16 s9 topk384 p64 groups 2^-12..2^12", 16, 9, 384, 64, 64, true, -12, 12),
+        wide_ue8m0_case("fp8 g192 ue8m0 h16 s9 topk256 p64 groups 2^-12..2^12", 16, 9, 256, 64, 192, false, -12,
                         12),
     };
     const std::string arch = Runtime::global().arch();
@@ -560,13 +557,13 @@ TEST_SUITE("sparse_prefill") {
     // bf16 (see kSm90GroupScaleLseTol), an error that grows with the logits (lse 0.14 at scale 1),
     // and its consumers are the bf16 cases' code.
     const Case cases[] = {
-        {"bf16 h64 s9 topk2048 b64 p64 sink spread24", DType::bf16, 64, 9, 2048, 64, 64, 0, true, true, 5e-4, 4096,
+        {"bf16 h64 s9 topk2048 p64 sink spread24", DType::bf16, 64, 9, 2048, 64, 0, true, true, 5e-4, 4096,
          1.0f},
-        {"bf16 h128 s5 topk1024 b128 p128 spread190", DType::bf16, 128, 5, 1024, 128, 128, 0, false, true, 4e-3, 4096,
+        {"bf16 h128 s5 topk1024 p128 spread190", DType::bf16, 128, 5, 1024, 128, 0, false, true, 4e-3, 4096,
          8.0f},
-        {"fp8 sbs576 h128 s7 topk2048 b64 p64 sink spread24", DType::fp8_e4m3, 128, 7, 2048, 64, 64, 576, true, true,
+        {"fp8 g576 h128 s7 topk2048 p64 sink spread24", DType::fp8_e4m3, 128, 7, 2048, 64, 576, true, true,
          5e-4, 4096, 1.0f},
-        {"fp8 sbs0 h48 s7 topk1536 b128 p64 spread24", DType::fp8_e4m3, 48, 7, 1536, 128, 64, 0, false, true, 5e-4,
+        {"fp8 g0 h48 s7 topk1536 p64 spread24", DType::fp8_e4m3, 48, 7, 1536, 64, 0, false, true, 5e-4,
          4096, 1.0f},
     };
     uint64_t seed = 300;
@@ -577,20 +574,20 @@ TEST_SUITE("sparse_prefill") {
     // The fp8 cases' data (SPEC §4: 2 layers, shuffled pages, ragged lengths that are not multiples
     // of b_topk, a row of length 0, a row of only invalid slots, a length above the stride, invalid
     // and out-of-range indices, sinks of -inf / finite / +inf, outputs poisoned before each launch)
-    // through the FP8-math kernel: unit and per-row scales, sink on and off, b_topk 64 and 128,
+    // through the FP8-math kernel: unit and per-row scales, sink on and off,
     // heads 128 and 64 (full 64-head tiles), 48 (one CTA, 16 padding rows) and 80 (two CTAs of 40
     // heads, 24 padding rows each), pages 16 to 128, and a sharper softmax.
     const Case cases[] = {
-        fp8_math_case("fp8-math sbs576 h128 s62 topk512 b64 p64", 128, 62, 512, 64, 64, 576, false),
-        fp8_math_case("fp8-math sbs0 h128 s13 topk2048 b128 p64 sink", 128, 13, 2048, 128, 64, 0, true),
-        fp8_math_case("fp8-math sbs576 h64 s213 topk256 b128 p128 sink", 64, 213, 256, 128, 128, 576, true),
-        fp8_math_case("fp8-math sbs0 h64 s62 topk1024 b64 p16", 64, 62, 1024, 64, 16, 0, false),
-        fp8_math_case("fp8-math sbs576 h48 s9 topk384 b128 p64 sink", 48, 9, 384, 128, 64, 576, true),
-        fp8_math_case("fp8-math sbs0 h80 s13 topk192 b64 p64", 80, 13, 192, 64, 64, 0, false),
-        fp8_math_case("fp8-math sbs576 h80 s7 topk320 b64 p32 sink", 80, 7, 320, 64, 32, 576, true),
-        fp8_math_case("fp8-math sbs576 h16 s5 topk2048 b64 p64", 16, 5, 2048, 64, 64, 576, false),
-        fp8_math_case("fp8-math sbs576 h128 s9 topk256 b64 p64 nolse", 128, 9, 256, 64, 64, 576, true, false),
-        fp8_math_case("fp8-math sbs576 h64 s9 topk256 b128 p64 sharp", 64, 9, 256, 128, 64, 576, false, true, 0.2f),
+        fp8_math_case("fp8-math g576 h128 s62 topk512 p64", 128, 62, 512, 64, 576, false),
+        fp8_math_case("fp8-math g0 h128 s13 topk2048 p64 sink", 128, 13, 2048, 64, 0, true),
+        fp8_math_case("fp8-math g576 h64 s213 topk256 p128 sink", 64, 213, 256, 128, 576, true),
+        fp8_math_case("fp8-math g0 h64 s62 topk1024 p16", 64, 62, 1024, 16, 0, false),
+        fp8_math_case("fp8-math g576 h48 s9 topk384 p64 sink", 48, 9, 384, 64, 576, true),
+        fp8_math_case("fp8-math g0 h80 s13 topk192 p64", 80, 13, 192, 64, 0, false),
+        fp8_math_case("fp8-math g576 h80 s7 topk320 p32 sink", 80, 7, 320, 32, 576, true),
+        fp8_math_case("fp8-math g576 h16 s5 topk2048 p64", 16, 5, 2048, 64, 576, false),
+        fp8_math_case("fp8-math g576 h128 s9 topk256 p64 nolse", 128, 9, 256, 64, 576, true, false),
+        fp8_math_case("fp8-math g576 h64 s9 topk256 p64 sharp", 64, 9, 256, 64, 576, false, true, 0.2f),
     };
     uint64_t seed = 400;
     for (const Case& c : cases) run_case(c, seed++);
@@ -600,7 +597,7 @@ TEST_SUITE("sparse_prefill") {
     // Tokens 0 and 1 have every head's query row scaled by 2^-122 / 2^-121 (max |q| ~2^-120, where
     // 448 / max |q| overflows f32; before the multiplier was capped such rows encoded 0 * inf = NaN).
     // Their scores are ~0, so their output is the plain mean of V; every other token is unchanged.
-    const Case c = fp8_math_case("fp8-math sbs576 h64 s6 topk256 b64 p64 tiny-q", 64, 6, 256, 64, 64, 576, true);
+    const Case c = fp8_math_case("fp8-math g576 h64 s6 topk256 p64 tiny-q", 64, 6, 256, 64, 576, true);
     auto pb = problem_of(c, 450);
     for (int64_t t = 0; t < 2; ++t)
       for (size_t i = static_cast<size_t>(t * 64 * 576); i < static_cast<size_t>((t + 1) * 64 * 576); ++i)
@@ -612,7 +609,7 @@ TEST_SUITE("sparse_prefill") {
   }
 
   TEST_CASE("sparse_prefill FP8 math: the automatic path is the Hopper kernel, and the sm80 path is refused") {
-    const Case c = fp8_math_case("fp8-math sbs576 h64 s6", 64, 6, 128, 64, 64, 576, true);
+    const Case c = fp8_math_case("fp8-math g576 h64 s6", 64, 6, 128, 64, 576, true);
     const auto pb = problem_of(c, 450);
     DeviceProblem d(pb);
     if (fp8_math_unavailable(pb, d)) return;
@@ -632,11 +629,11 @@ TEST_SUITE("sparse_prefill") {
     // widened to f16 in place by the producer): a race between the copies, the widening and the
     // consumers' reads would show up as differing bits.
     const Case cases[] = {
-        {"bf16 h128 s31 topk1024 b64 p64", DType::bf16, 128, 31, 1024, 64, 64, 0, true},
-        {"fp8 sbs576 h128 s31 topk1024 b64 p64", DType::fp8_e4m3, 128, 31, 1024, 64, 64, 576, true},
+        {"bf16 h128 s31 topk1024 p64", DType::bf16, 128, 31, 1024, 64, 0, true},
+        {"fp8 g576 h128 s31 topk1024 p64", DType::fp8_e4m3, 128, 31, 1024, 64, 576, true},
         // FP8 math: Q quantized in the kernel, P rounded to e4m3: same inputs, same bits.
-        fp8_math_case("fp8-math sbs576 h128 s31 topk1024 b64 p64", 128, 31, 1024, 64, 64, 576, true),
-        fp8_math_case("fp8-math sbs0 h80 s31 topk1024 b128 p64", 80, 31, 1024, 128, 64, 0, false),
+        fp8_math_case("fp8-math g576 h128 s31 topk1024 p64", 128, 31, 1024, 64, 576, true),
+        fp8_math_case("fp8-math g0 h80 s31 topk1024 p64", 80, 31, 1024, 64, 0, false),
     };
     for (const Case& c : cases) {
       CAPTURE(c.name);
@@ -665,10 +662,10 @@ TEST_SUITE("sparse_prefill") {
       return;
     }
     const Case cases[] = {
-        {"bf16 h128 s31 topk1024 b64 p64 sink", DType::bf16, 128, 31, 1024, 64, 64, 0, true},
-        {"bf16 h48 s13 topk256 b128 p128 nolse", DType::bf16, 48, 13, 256, 128, 128, 0, false, false},
-        {"bf16 h16 s9 topk384 b64 p16", DType::bf16, 16, 9, 384, 64, 16},
-        {"bf16 h64 s213 topk256 b64 p64 sink", DType::bf16, 64, 213, 256, 64, 64, 0, true},
+        {"bf16 h128 s31 topk1024 p64 sink", DType::bf16, 128, 31, 1024, 64, 0, true},
+        {"bf16 h48 s13 topk256 p128 nolse", DType::bf16, 48, 13, 256, 128, 0, false, false},
+        {"bf16 h16 s9 topk384 p16", DType::bf16, 16, 9, 384, 16},
+        {"bf16 h64 s213 topk256 p64 sink", DType::bf16, 64, 213, 256, 64, 0, true},
     };
     uint64_t seed = 900;
     for (const Case& c : cases) {
@@ -719,14 +716,14 @@ TEST_SUITE("sparse_prefill") {
     };
     const SplitCase cases[] = {
         // Fewer items than SMs: every item in parts, side by side.
-        {{"bf16 h128 s31 topk1024 b64 p64 sink", DType::bf16, 128, 31, 1024, 64, 64, 0, true}, 0, 0},
-        {{"bf16 h16 s9 topk2048 b128 p16", DType::bf16, 16, 9, 2048, 128, 16}, 0, 0},
-        {{"bf16 h48 s13 topk768 b128 p128 nolse", DType::bf16, 48, 13, 768, 128, 128, 0, false, false}, 0, 0},
+        {{"bf16 h128 s31 topk1024 p64 sink", DType::bf16, 128, 31, 1024, 64, 0, true}, 0, 0},
+        {{"bf16 h16 s9 topk2048 p16", DType::bf16, 16, 9, 2048, 16}, 0, 0},
+        {{"bf16 h48 s13 topk768 p128 nolse", DType::bf16, 48, 13, 768, 128, 0, false, false}, 0, 0},
         // More items than CTAs: whole items walked, then the last round split (3, 13 and 5 items left).
-        {{"bf16 h64 s213 topk1024 b64 p64 sink", DType::bf16, 64, 213, 1024, 64, 64, 0, true}, 7, 0},
-        {{"bf16 h64 s213 topk1024 b64 p64 sink", DType::bf16, 64, 213, 1024, 64, 64, 0, true}, 50, 0},
-        {{"bf16 h128 s70 topk1024 b64 p64 sink", DType::bf16, 128, 70, 1024, 64, 64, 0, true}, 45, 0},
-        {{"bf16 h128 s70 topk1024 b64 p64 sink", DType::bf16, 128, 70, 1024, 64, 64, 0, true}, 45, 3},
+        {{"bf16 h64 s213 topk1024 p64 sink", DType::bf16, 64, 213, 1024, 64, 0, true}, 7, 0},
+        {{"bf16 h64 s213 topk1024 p64 sink", DType::bf16, 64, 213, 1024, 64, 0, true}, 50, 0},
+        {{"bf16 h128 s70 topk1024 p64 sink", DType::bf16, 128, 70, 1024, 64, 0, true}, 45, 0},
+        {{"bf16 h128 s70 topk1024 p64 sink", DType::bf16, 128, 70, 1024, 64, 0, true}, 45, 3},
     };
     uint64_t seed = 950;
     for (const SplitCase& sc : cases) {
@@ -788,9 +785,9 @@ TEST_SUITE("sparse_prefill") {
     // cache base by 64 bytes flips every row's parity, by 16 / 80 bytes it leaves no row line-aligned
     // (still correct, only slower). Every placement must give the aligned placement's bits.
     const Case cases[] = {
-        {"fp8 sbs576 h128 s9 topk384 b64 p64 sink", DType::fp8_e4m3, 128, 9, 384, 64, 64, 576, true},
-        {"fp8 sbs0 h64 s9 topk384 b128 p64", DType::fp8_e4m3, 64, 9, 384, 128, 64, 0},
-        fp8_math_case("fp8-math sbs576 h128 s9 topk384 b64 p64 sink", 128, 9, 384, 64, 64, 576, true),
+        {"fp8 g576 h128 s9 topk384 p64 sink", DType::fp8_e4m3, 128, 9, 384, 64, 576, true},
+        {"fp8 g0 h64 s9 topk384 p64", DType::fp8_e4m3, 64, 9, 384, 64, 0},
+        fp8_math_case("fp8-math g576 h128 s9 topk384 p64 sink", 128, 9, 384, 64, 576, true),
     };
     uint64_t seed = 300;
     for (const Case& c : cases) {
@@ -818,7 +815,7 @@ TEST_SUITE("sparse_prefill") {
   }
 
   TEST_CASE("sparse_prefill: zero tokens launch nothing; the automatic path matches a forced one") {
-    const Case c{"fp8 sbs64 h64 s3", DType::fp8_e4m3, 64, 3, 128, 64, 64, 64, false, true};
+    const Case c{"fp8 g64 h64 s3", DType::fp8_e4m3, 64, 3, 128, 64, 64, false, true};
     const SparsePrefillParams p = params_of(c);
     const auto pb = problem_of(c, 5);
     DeviceProblem d(pb);

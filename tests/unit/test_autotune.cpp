@@ -110,8 +110,10 @@ TEST_CASE("an entry without a sweep gets its op's default knob space") {
   // mla_indexer: num_stages {2, 3, 4, 5} plus the heuristic default (0).
   CHECK(groups[2].candidates.size() == 5);
   CHECK(knobs_of(groups[2].candidates[0].spec.params) == json{{"block_kv", 0}, {"block_q", 0}, {"num_stages", 0}});
-  // sparse_prefill: b_topk {64, 128}; num_stages has one legal depth, so it is not swept.
-  CHECK(groups[3].candidates.size() == 2);
+  // sparse_prefill has no knobs: its group is the default spec alone.
+  CHECK_FALSE(groups[3].default_space);
+  CHECK(groups[3].candidates.size() == 1);
+  CHECK(knobs_of(groups[3].candidates[0].spec.params) == json::object());
   CHECK(knob_list(groups[4]).size() == 4);  // sparse_index_remap: threads
   for (const auto& g : groups)
     for (const auto& c : g.candidates) CHECK_NOTHROW(c.spec.validate());
@@ -221,8 +223,8 @@ TEST_CASE("shape buckets round every bucketed size up to a power of two") {
   CHECK(bucket_of(Op::kv_cache_store, s) == bucket_kv_cache_store(8192, 8));
   CHECK(bucket_of(Op::kv_cache_gather, {{"tokens", 100}}) == bucket_kv_cache_gather(128));
   CHECK(bucket_of(Op::mla_indexer, {}) == bucket_mla_indexer(4096, 1, 32768));
-  CHECK(bucket_of(Op::sparse_prefill, {{"topk", 100}}) == bucket_sparse_prefill(4096, 128));
-  CHECK(bucket_of(Op::sparse_index_remap, {{"topk", 2000}}) == bucket_sparse_index_remap(4096, 2048));
+  CHECK(bucket_of(Op::sparse_prefill, {{"top_k", 100}}) == bucket_sparse_prefill(4096, 128));
+  CHECK(bucket_of(Op::sparse_index_remap, {{"top_k", 2000}}) == bucket_sparse_index_remap(4096, 2048));
   // Non-bucketed sizes (context) do not change the bucket.
   CHECK(bucket_of(Op::kv_cache_store, {{"context", 1}}) == bucket_of(Op::kv_cache_store, {{"context", 100000}}));
   // JSON round trip and validation.
@@ -241,6 +243,10 @@ TEST_CASE("parse_shape sets known keys and rejects unknown ones") {
   CHECK_THROWS_WITH_AS(parse_shape(Op::kv_cache_store, "heads=1", {}), doctest::Contains("tokens, batch, context"), Error);
   CHECK_THROWS_AS(parse_shape(Op::kv_cache_store, "tokens=-1", {}), Error);
   CHECK_THROWS_AS(parse_shape(Op::kv_cache_store, "tokens", {}), Error);
+  // A renamed key is refused with its new name.
+  CHECK(parse_shape(Op::sparse_prefill, "top_k=100", {}).at("top_k") == 100);
+  CHECK_THROWS_WITH_AS(parse_shape(Op::sparse_prefill, "topk=100", {}), doctest::Contains("\"topk\" is now \"top_k\""),
+                       Error);
   CHECK_THROWS_AS(parse_shape(Op::kv_cache_store, "tokens=1x", {}), Error);
 }
 
@@ -388,18 +394,17 @@ TEST_CASE("lookup: the index finds the tuned params for device, problem and buck
 
 namespace {
 
-// A tuning record of an fp8 prefill (scale block `sbs`, b_topk 128) written before params field
-// `field` existed (the key removed from its JSON): it parses to the field's default `written`,
-// keys like a new record, still serves a query with that default, and never one that `change`
-// moves off the default.
-void check_record_from_before(const char* field, const char* written, int sbs,
+// A tuning record of an fp8 prefill (quantization granularity `quant_granularity`) written before
+// params field `field` existed (the key removed from its JSON): it parses to the field's default
+// `written`, keys like a new record, still serves a query with that default, and never one that
+// `change` moves off the default.
+void check_record_from_before(const char* field, const char* written, int quant_granularity,
                               void (*change)(SparsePrefillParams&)) {
   CAPTURE(field);
   const auto b = bucket_sparse_prefill(4096, 2048);
   SparsePrefillParams tuned;
   tuned.kv_dtype = DType::fp8_e4m3;
-  tuned.scale_block_size = sbs;
-  tuned.b_topk = 128;
+  tuned.quantization_granularity = quant_granularity;
   json j = record(tuned, b, 1.0).to_json();
   REQUIRE(j["params"].at(field) == written);  // written explicitly from now on
   j["params"].erase(field);
@@ -407,10 +412,7 @@ void check_record_from_before(const char* field, const char* written, int sbs,
   CHECK(old.key() == record(tuned, b, 1.0).key());  // merges dedupe it against a new record
   TuningIndex idx({old});
   SparsePrefillParams query = tuned;
-  query.b_topk = 64;
-  const OpParams* hit = idx.find(device_key("GPU-A", 132), query, b);
-  REQUIRE(hit != nullptr);
-  CHECK(std::get<SparsePrefillParams>(*hit).b_topk == 128);
+  CHECK(idx.find(device_key("GPU-A", 132), query, b) != nullptr);
   change(query);
   CHECK(idx.find(device_key("GPU-A", 132), query, b) == nullptr);
 }

@@ -45,7 +45,7 @@ TEST_CASE("C API: a NULL required tensor is named as such, in every op") {
   mlajit_op remap = make_op(R"({"op":"sparse_index_remap","params":{}})");
   mlajit_op indexer = make_op(R"({"op":"mla_indexer","params":{}})");
   mlajit_op prefill = make_op(
-      R"({"op":"sparse_prefill","params":{"kv_dtype":"fp8_e4m3","scale_block_size":64,"attn_sink":true,"emit_lse":true}})");
+      R"({"op":"sparse_prefill","params":{"kv_dtype":"fp8_e4m3","quantization_granularity":64,"attn_sink":true,"emit_lse":true}})");
 
   // Each case names one argument; `null == k` selects which one is NULL.
   enum { X, OFFS, BLOCKS, SCALES, TABLE, LENGTHS, BATCH_IDS, POSITIONS, Y, INDICES, OUT, Q, QS, WORKSPACE, TOPK, SINK, LSE };
@@ -99,14 +99,14 @@ TEST_CASE("C API: a NULL required tensor is named as such, in every op") {
   };
   add("q", Q, pf);
   add("kv.blocks", BLOCKS, pf);
-  add("kv.scales", SCALES, pf);  // fp8 with scale blocks
+  add("kv.scales", SCALES, pf);  // fp8 with group scales
   add("indices", INDICES, pf);
   add("topk_lengths", TOPK, pf);
   add("attn_sink", SINK, pf);  // params.attn_sink
   add("out", OUT, pf);
   add("lse", LSE, pf);  // params.emit_lse
   mlajit_op staged = make_op(
-      R"({"op":"sparse_prefill","params":{"kv_dtype":"fp8_e4m3","scale_block_size":64,"kv_staging":"bf16"}})");
+      R"({"op":"sparse_prefill","params":{"kv_dtype":"fp8_e4m3","quantization_granularity":64,"kv_staging":"bf16"}})");
   auto pw = [&](int null) {
     return mlajit_sparse_prefill_ws(staged, NUL(Q), cache(null), NUL(INDICES), NUL(TOPK), 0, 0.1f, nullptr, NUL(OUT),
                                     NUL(LSE), NUL(WORKSPACE), nullptr);

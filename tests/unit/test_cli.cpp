@@ -73,7 +73,7 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
   CHECK(cli("cache frob").code == 2);
   CHECK(cli("--help").code == 0);
   // --anchor: only for mla_indexer, and a library that does not load is a usage error (no GPU needed).
-  // bench speaks the tuner's shape vocabulary (tokens / keys / topk); checked before any GPU use.
+  // bench speaks the tuner's shape vocabulary (tokens / keys / top_k); checked before any GPU use.
   CHECK(cli("bench mla_indexer --shape tokens=4096,keys=100").code == 2);
   CHECK(last_stderr().find("keys count the new tokens too") != std::string::npos);
   // stages = the scorer's K-ring depth (params.num_stages): validated by the params, before any GPU use.
@@ -81,8 +81,8 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
   CHECK(last_stderr().find("params.num_stages: got 99") != std::string::npos);
   CHECK(cli("bench mla_indexer --shape stages=x").code == 2);
   CHECK(last_stderr().find("--shape stages") != std::string::npos);
-  // block_kv picks the scorer (0 / 256 v10, 64 v8); v10's ring holds at most 5 blocks of 256 keys
-  // (next to its two Q buffers).
+  // block_kv picks the scorer (0 / 256: 256-key blocks, 64: 64-key tiles); the 256-key-block
+  // scorer's ring holds at most 5 blocks (next to its two Q buffers).
   CHECK(cli("bench mla_indexer --shape block_kv=128").code == 2);
   CHECK(last_stderr().find("params.block_kv: got 128") != std::string::npos);
   CHECK(cli("bench mla_indexer --shape block_kv=256,stages=8").code == 2);
@@ -91,19 +91,25 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
   CHECK(last_stderr().find("params.num_stages: got 6") != std::string::npos);
   CHECK(cli("bench mla_indexer --shape persistent=2").code == 2);
   CHECK(last_stderr().find("--shape persistent") != std::string::npos);
+  // One spelling per key: an old one is refused and named with its replacement.
   CHECK(cli("bench sparse_prefill --shape tokens=4096,s_q=2048").code == 2);
-  CHECK(last_stderr().find("both tokens and s_q") != std::string::npos);
-  CHECK(cli("bench sparse_prefill --shape tokens=4096,keys=32768,topk=2048,bogus=1").code == 2);
+  CHECK(last_stderr().find("\"s_q\" is now \"tokens\"") != std::string::npos);
+  CHECK(cli("bench mla_indexer --shape topk=2048").code == 2);
+  CHECK(last_stderr().find("\"topk\" is now \"top_k\"") != std::string::npos);
+  CHECK(cli("bench sparse_prefill --shape kv_dtype=fp8_e4m3,scale_block_size=576").code == 2);
+  CHECK(last_stderr().find("\"scale_block_size\" is now \"quantization_granularity\"") != std::string::npos);
+  CHECK(cli("bench sparse_prefill --shape b_topk=64").code == 2);  // fixed at 64: not a bench key
+  CHECK(cli("bench sparse_prefill --shape tokens=4096,keys=32768,top_k=2048,bogus=1").code == 2);
   CHECK(last_stderr().find("bogus") != std::string::npos);
   // qk_math: spelled as in the params, validated with them, before any GPU use.
   CHECK(cli("bench sparse_prefill --shape qk_math=fp16").code == 2);
   CHECK(last_stderr().find("--shape qk_math: got \"fp16\", expected bf16 | fp8") != std::string::npos);
   CHECK(cli("bench sparse_prefill --shape qk_math=fp8").code == 2);
   CHECK(last_stderr().find("params.kv_dtype: got bf16, expected fp8_e4m3 with qk_math fp8") != std::string::npos);
-  CHECK(cli("bench sparse_prefill --shape kv_dtype=fp8_e4m3,scale_block_size=64,qk_math=fp8").code == 2);
+  CHECK(cli("bench sparse_prefill --shape kv_dtype=fp8_e4m3,quantization_granularity=64,qk_math=fp8").code == 2);
   CHECK(last_stderr().find("group scales are not supported in FP8 math") != std::string::npos);
   // scale_fmt: the params' spelling and validation as well.
-  CHECK(cli("bench sparse_prefill --shape kv_dtype=fp8_e4m3,scale_block_size=64,scale_fmt=e8m0").code == 2);
+  CHECK(cli("bench sparse_prefill --shape kv_dtype=fp8_e4m3,quantization_granularity=64,scale_fmt=e8m0").code == 2);
   CHECK(last_stderr().find("--shape scale_fmt: got \"e8m0\", expected fp32 | ue8m0") != std::string::npos);
   CHECK(cli("bench sparse_prefill --shape scale_fmt=ue8m0").code == 2);
   CHECK(last_stderr().find("params.scale_fmt: got ue8m0, expected fp32 for a cache without scales") != std::string::npos);
@@ -115,7 +121,7 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
   // ctas: the persistent bf16 kernel's grid only, checked before any GPU use.
   CHECK(cli("bench sparse_prefill --shape ctas=-1").code == 2);
   CHECK(last_stderr().find("--shape ctas: got -1, expected a non-negative integer") != std::string::npos);
-  CHECK(cli("bench sparse_prefill --shape kv_dtype=fp8_e4m3,scale_block_size=576,ctas=3").code == 2);
+  CHECK(cli("bench sparse_prefill --shape kv_dtype=fp8_e4m3,quantization_granularity=576,ctas=3").code == 2);
   CHECK(last_stderr().find("ctas: got 3, expected 0 unless the kernel is the persistent Hopper one") != std::string::npos);
   CHECK(cli("bench sparse_prefill --shape ctas=3,path=sm80").code == 2);
   CHECK(last_stderr().find("ctas: got 3") != std::string::npos);
@@ -140,7 +146,7 @@ TEST_CASE("cli: bad configs are rejected with the JSON path of the bad field, no
       {R"({"kernels":[{"op":"sparse_prefil","params":{}}]})", "kernels[0].op"},
       {R"({"kernels":[{"op":"mla_indexer","params":{"num_heads":96}}]})", "num_heads"},
       {R"({"kernels":[{"op":"kv_cache_store","params":{"head_sise":128}}]})", "head_sise"},
-      {R"({"kernels":[{"op":"sparse_prefill","sweep":{"b_topk":[64, 96]}}]})", "b_topk"},
+      {R"({"kernels":[{"op":"sparse_prefill","sweep":{"b_topk":[64, 128]}}]})", "b_topk"},
       {R"({"kernels":[]})", "kernels"},
       {R"({"kernels":[{"op":"kv_cache_store"}], "arhc": "sm_90a"})", "arhc"},
       {R"({"kernels":[{"op":"kv_cache_store",)", "JSON"},
@@ -160,7 +166,7 @@ TEST_CASE("cli: an FP8-math prefill is refused for a non-Hopper target, naming q
   const std::string cache = (t.path / "cache").string();
   const std::string cfg = write_file(
       t.path / "fp8math.json",
-      R"({"kernels":[{"op":"sparse_prefill","params":{"kv_dtype":"fp8_e4m3","scale_block_size":576,"qk_math":"fp8"}}]})");
+      R"({"kernels":[{"op":"sparse_prefill","params":{"kv_dtype":"fp8_e4m3","quantization_granularity":576,"qk_math":"fp8"}}]})");
   for (const char* arch : {"sm_80", "sm_100a"}) {
     CAPTURE(arch);
     Run r = cli("build " + cfg + " --arch " + arch + " --json --cache-dir " + cache);
@@ -350,7 +356,7 @@ TEST_CASE("cli: bench sparse_prefill --anchor checks the library before touching
   CHECK(r.code == 2);
   CHECK(last_stderr().find("anchor_sparse_prefill_bf16") != std::string::npos);
   // The anchor ABI's shape constraints.
-  r = cli("bench sparse_prefill --shape topk=100,s_kv=1000 --anchor libc.so.6");
+  r = cli("bench sparse_prefill --shape top_k=100,keys=1000 --anchor libc.so.6");
   CHECK(r.code == 2);
   CHECK(last_stderr().find("multiple of 128") != std::string::npos);
 }

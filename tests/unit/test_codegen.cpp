@@ -71,16 +71,16 @@ TEST_CASE("source_header holds op, name, canonical params and version as // comm
   CHECK(h.find(MLAJIT_VERSION_STRING) != std::string::npos);
   CHECK(source_header(spec) == h);  // deterministic
   SparsePrefillParams other;
-  other.b_topk = 128;
+  other.attn_sink = true;
   CHECK(source_header(KernelSpec{other}) != h);
 }
 
 TEST_CASE("generate validates before dispatching") {
   SparsePrefillParams p;
-  p.b_topk = 96;
+  p.b_topk = 128;
   try {
     generate(KernelSpec{p});
-    FAIL("generate accepted b_topk 96");
+    FAIL("generate accepted b_topk 128");
   } catch (const Error& e) {
     CHECK(e.kind() == ErrorKind::InvalidArgument);
     CHECK(std::string(e.what()).find("params.b_topk") != std::string::npos);

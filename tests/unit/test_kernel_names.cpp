@@ -34,7 +34,7 @@ bool generates(const KernelSpec& spec) {
 }
 
 // The specs every op's fields are varied around: its defaults, and for the kv family a quantized
-// cache (fp8 scales make the granularity and scale format matter).
+// cache (fp8 scales make the quantization granularity and scale format matter).
 std::vector<OpParams> bases(Op op) {
   std::vector<OpParams> out{default_params(op)};
   auto quantized = [](PagedKVCacheParams& c) {
@@ -49,12 +49,12 @@ std::vector<OpParams> bases(Op op) {
   if (op == Op::sparse_prefill) {
     auto& p = std::get<SparsePrefillParams>(out.emplace_back(out[0]));
     p.kv_dtype = DType::fp8_e4m3;
-    p.scale_block_size = 64;
+    p.quantization_granularity = 64;
     // Per-row scales, with 16-bit and with FP8 math: qk_math is only valid on such a cache, so it
     // is varied (and its fields are varied around it) from these two.
     SparsePrefillParams row = std::get<SparsePrefillParams>(out[0]);
     row.kv_dtype = DType::fp8_e4m3;
-    row.scale_block_size = 576;
+    row.quantization_granularity = 576;
     out.emplace_back(row);
     row.qk_math = QkMath::fp8;
     out.emplace_back(row);

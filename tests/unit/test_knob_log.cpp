@@ -54,11 +54,11 @@ TEST_CASE("knob log: an op call logs its heuristic knobs once per problem and bu
   }
   CapturedLog log(log::Level::info);
   for (int i = 0; i < 5; ++i) CHECK(ops::tuned_or_heuristic(p, small).threads == 256);
-  const std::string line = "sparse_index_remap for bucket tokens=1024,topk=2048 runs sparse_index_remap_p32_thr256: "
+  const std::string line = "sparse_index_remap for bucket tokens=1024,top_k=2048 runs sparse_index_remap_p32_thr256: "
                            "threads=256 (heuristic)";
   CHECK(log.count_containing(line) == 1);  // five calls, one line
   ops::tuned_or_heuristic(p, large);       // another bucket: its own line
-  CHECK(log.count_containing("sparse_index_remap for bucket tokens=131072,topk=2048 runs sparse_index_remap_p32_thr256") == 1);
+  CHECK(log.count_containing("sparse_index_remap for bucket tokens=131072,top_k=2048 runs sparse_index_remap_p32_thr256") == 1);
   SparseIndexRemapParams pinned = p;
   pinned.threads = 512;                    // an explicit knob is reported as the caller's
   CHECK(ops::tuned_or_heuristic(pinned, small).threads == 512);

@@ -316,7 +316,7 @@ TEST_SUITE("kv_cache reference") {
     CHECK(src.entries[0].symbol == "kv_cache_store");
     CHECK(src.entries[0].threads == 128);
     CHECK(src.code.find("mj::kv::KvStore<mj::Bf16, mj::E4m3, /*num_heads*/ 8, /*head_size*/ 128, /*page_size*/ 64, "
-                        "/*num_layers*/ 3, /*kv_dim*/ 2, /*granularity*/ 128, /*ue8m0*/ true, /*threads*/ 128>") !=
+                        "/*num_layers*/ 3, /*kv_dim*/ 2, /*quantization_granularity*/ 128, /*ue8m0*/ true, /*threads*/ 128>") !=
           std::string::npos);
     CHECK(src.code.find("extern \"C\" __global__ void __launch_bounds__(128) kv_cache_store(") != std::string::npos);
     CHECK(generate(KernelSpec{sp}).code == src.code);  // deterministic

@@ -65,15 +65,14 @@ TEST_CASE("non-default params round trip exactly") {
   m.block_kv = 128;
   SparsePrefillParams p;
   p.kv_dtype = DType::fp8_e4m3;
-  p.scale_block_size = 64;
+  p.quantization_granularity = 64;
   p.attn_sink = true;
   p.emit_lse = false;
-  p.b_topk = 128;
   p.num_q_heads = 64;
   p.scale_fmt = ScaleFmt::ue8m0;
   SparsePrefillParams f;
   f.kv_dtype = DType::fp8_e4m3;
-  f.scale_block_size = 576;
+  f.quantization_granularity = 576;
   f.qk_math = QkMath::fp8;
   for (const KernelSpec& spec : {KernelSpec{s}, KernelSpec{m}, KernelSpec{p}, KernelSpec{f}}) {
     CAPTURE(spec.canonical());
@@ -126,18 +125,18 @@ TEST_CASE("bad params are rejected with an error naming the field") {
       {R"({"op":"mla_indexer","params":{"mask":"sliding"}})", "kernel.params.mask"},
       {R"({"op":"sparse_prefill","params":{"num_q_heads":24}})", "kernel.params.num_q_heads"},
       {R"({"op":"sparse_prefill","params":{"b_topk":96}})", "kernel.params.b_topk"},
+      {R"({"op":"sparse_prefill","params":{"b_topk":128}})", "kernel.params.b_topk"},
       {R"({"op":"sparse_prefill","params":{"qk_depth":512}})", "kernel.params.qk_depth"},
       {R"({"op":"sparse_prefill","params":{"v_depth":576}})", "kernel.params.v_depth"},
       {R"({"op":"sparse_prefill","params":{"kv_dtype":"f16"}})", "kernel.params.kv_dtype"},
-      {R"({"op":"sparse_prefill","params":{"scale_block_size":64}})", "kernel.params.scale_block_size"},
-      {R"({"op":"sparse_prefill","params":{"kv_dtype":"fp8_e4m3","scale_block_size":100}})",
-       "kernel.params.scale_block_size"},
-      {R"({"op":"sparse_prefill","params":{"num_stages":5}})", "kernel.params.num_stages"},
-      {R"({"op":"sparse_prefill","params":{"num_stages":3}})", "kernel.params.num_stages"},
+      {R"({"op":"sparse_prefill","params":{"quantization_granularity":64}})", "kernel.params.quantization_granularity"},
+      {R"({"op":"sparse_prefill","params":{"kv_dtype":"fp8_e4m3","quantization_granularity":100}})",
+       "kernel.params.quantization_granularity"},
+      {R"({"op":"sparse_prefill","params":{"num_stages":2}})", "unknown field \"num_stages\""},
       {R"({"op":"sparse_prefill","params":{"qk_math":"fp16"}})", "kernel.params.qk_math"},
       {R"({"op":"sparse_prefill","params":{"qk_math":"fp8"}})", "kernel.params.kv_dtype"},
-      {R"({"op":"sparse_prefill","params":{"kv_dtype":"fp8_e4m3","scale_block_size":64,"qk_math":"fp8"}})",
-       "kernel.params.scale_block_size"},
+      {R"({"op":"sparse_prefill","params":{"kv_dtype":"fp8_e4m3","quantization_granularity":64,"qk_math":"fp8"}})",
+       "kernel.params.quantization_granularity"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.json);
@@ -159,6 +158,10 @@ TEST_CASE("bad JSON is rejected with an error naming the path") {
       {R"({"op":7})", "kernel.op"},
       {R"({"op":"mla_indexer","param":{}})", "unknown field \"param\""},
       {R"({"op":"mla_indexer","params":{"topk":8}})", "unknown field \"topk\""},
+      {R"({"op":"mla_indexer","params":{"topk":8}})", "\"topk\" is now \"top_k\""},
+      {R"({"op":"sparse_prefill","params":{"scale_block_size":576}})", "unknown field \"scale_block_size\""},
+      {R"({"op":"sparse_prefill","params":{"scale_block_size":576}})",
+       "\"scale_block_size\" is now \"quantization_granularity\""},
       {R"({"op":"mla_indexer","params":[]})", "kernel.params"},
       {R"({"op":"mla_indexer","params":{"top_k":"8"}})", "kernel.params.top_k"},
       {R"({"op":"mla_indexer","params":{"top_k":8.5}})", "kernel.params.top_k"},
@@ -209,10 +212,10 @@ TEST_CASE("sparse_prefill qk_math: bf16 by default, \"fp8\" opts in, and only on
   const KernelSpec plain = kernel_spec_from_json(json::parse(R"({"op":"sparse_prefill","params":{}})"));
   CHECK(std::get<SparsePrefillParams>(plain.params).qk_math == QkMath::bf16);
   CHECK(to_json(plain)["params"]["qk_math"] == "bf16");
-  for (int sbs : {0, 576}) {
-    CAPTURE(sbs);
+  for (int quant_granularity : {0, 576}) {
+    CAPTURE(quant_granularity);
     json j = {{"op", "sparse_prefill"},
-              {"params", {{"kv_dtype", "fp8_e4m3"}, {"scale_block_size", sbs}, {"qk_math", "fp8"}}}};
+              {"params", {{"kv_dtype", "fp8_e4m3"}, {"quantization_granularity", quant_granularity}, {"qk_math", "fp8"}}}};
     const KernelSpec spec = kernel_spec_from_json(j);
     CHECK(std::get<SparsePrefillParams>(spec.params).qk_math == QkMath::fp8);
     CHECK(to_json(spec)["params"]["qk_math"] == "fp8");
@@ -224,48 +227,46 @@ TEST_CASE("sparse_prefill qk_math: bf16 by default, \"fp8\" opts in, and only on
   // The errors say what FP8 math needs.
   const std::string bf16_cache = rejection(R"({"op":"sparse_prefill","params":{"qk_math":"fp8"}})");
   CHECK_MESSAGE(bf16_cache.find("kernel.params.kv_dtype: got bf16, expected fp8_e4m3 with qk_math fp8") == 0, bf16_cache);
-  for (int sbs : {16, 64, 72, 192, 288}) {
+  for (int quant_granularity : {16, 64, 72, 192, 288}) {
     const std::string group = rejection(
-        json{{"op", "sparse_prefill"}, {"params", {{"kv_dtype", "fp8_e4m3"}, {"scale_block_size", sbs}, {"qk_math", "fp8"}}}}
+        json{{"op", "sparse_prefill"}, {"params", {{"kv_dtype", "fp8_e4m3"}, {"quantization_granularity", quant_granularity}, {"qk_math", "fp8"}}}}
             .dump());
     CAPTURE(group);
-    CHECK(group.find(fmt::format("kernel.params.scale_block_size: got {}, expected 0 (unit scales) or 576 (one scale "
+    CHECK(group.find(fmt::format("kernel.params.quantization_granularity: got {}, expected 0 (unit scales) or 576 (one scale "
                                  "per row) with qk_math fp8",
-                                 sbs)) == 0);
+                                 quant_granularity)) == 0);
     CHECK(group.find("group scales are not supported in FP8 math") != std::string::npos);
   }
   const std::string bad_name = rejection(R"({"op":"sparse_prefill","params":{"qk_math":"e4m3"}})");
   CHECK_MESSAGE(bad_name.find(R"(kernel.params.qk_math: got "e4m3", expected bf16 | fp8)") == 0, bad_name);
 }
 
-TEST_CASE("sparse_prefill names: the default specs keep their names, FP8-math specs are marked") {
-  // Pinned: names key dumps, `mlajit cache ls`, logs and tune reports; adding qk_math changed none.
+TEST_CASE("sparse_prefill names: dtype, heads, page size, quantization granularity, then the modes") {
+  // Pinned: names key dumps, `mlajit cache ls`, logs and tune reports.
   SparsePrefillParams p;
-  CHECK(KernelSpec{p}.name() == "sparse_prefill_bf16_h128_p64_t64");
+  CHECK(KernelSpec{p}.name() == "sparse_prefill_bf16_h128_p64");
   p.kv_dtype = DType::fp8_e4m3;
-  p.scale_block_size = 576;
+  p.quantization_granularity = 576;
   p.attn_sink = true;
-  CHECK(KernelSpec{p}.name() == "sparse_prefill_fp8_e4m3_h128_p64_sb576_sink_t64");
+  CHECK(KernelSpec{p}.name() == "sparse_prefill_fp8_e4m3_h128_p64_g576_sink");
   p.qk_math = QkMath::fp8;
-  CHECK(KernelSpec{p}.name() == "sparse_prefill_fp8_e4m3_h128_p64_sb576_sink_fp8math_t64");
-  p.b_topk = 128;
-  CHECK(KernelSpec{p}.name() == "sparse_prefill_fp8_e4m3_h128_p64_sb576_sink_fp8math_t128");
+  CHECK(KernelSpec{p}.name() == "sparse_prefill_fp8_e4m3_h128_p64_g576_sink_fp8math");
   SparsePrefillParams g;
   g.kv_dtype = DType::fp8_e4m3;
-  g.scale_block_size = 64;
-  CHECK(KernelSpec{g}.name() == "sparse_prefill_fp8_e4m3_h128_p64_sb64_t64");
+  g.quantization_granularity = 64;
+  CHECK(KernelSpec{g}.name() == "sparse_prefill_fp8_e4m3_h128_p64_g64");
   g.scale_fmt = ScaleFmt::ue8m0;
-  CHECK(KernelSpec{g}.name() == "sparse_prefill_fp8_e4m3_h128_p64_sb64_ue8m0_t64");
+  CHECK(KernelSpec{g}.name() == "sparse_prefill_fp8_e4m3_h128_p64_g64_ue8m0");
 }
 
 TEST_CASE("sparse_prefill scale_fmt: fp32 by default, \"ue8m0\" declares power-of-two scales, only where there are scales") {
   const KernelSpec plain = kernel_spec_from_json(json::parse(R"({"op":"sparse_prefill","params":{}})"));
   CHECK(std::get<SparsePrefillParams>(plain.params).scale_fmt == ScaleFmt::fp32);
   CHECK(to_json(plain)["params"]["scale_fmt"] == "fp32");
-  for (int sbs : {16, 64, 576}) {
-    CAPTURE(sbs);
+  for (int quant_granularity : {16, 64, 576}) {
+    CAPTURE(quant_granularity);
     json j = {{"op", "sparse_prefill"},
-              {"params", {{"kv_dtype", "fp8_e4m3"}, {"scale_block_size", sbs}, {"scale_fmt", "ue8m0"}}}};
+              {"params", {{"kv_dtype", "fp8_e4m3"}, {"quantization_granularity", quant_granularity}, {"scale_fmt", "ue8m0"}}}};
     const KernelSpec spec = kernel_spec_from_json(j);
     CHECK(std::get<SparsePrefillParams>(spec.params).scale_fmt == ScaleFmt::ue8m0);
     CHECK(kernel_spec_from_json(to_json(spec)) == spec);
@@ -277,7 +278,7 @@ TEST_CASE("sparse_prefill scale_fmt: fp32 by default, \"ue8m0\" declares power-o
   CHECK_MESSAGE(bf16_cache.find("kernel.params.scale_fmt: got ue8m0, expected fp32 for a cache without scales") == 0,
                 bf16_cache);
   const std::string unit = rejection(
-      R"({"op":"sparse_prefill","params":{"kv_dtype":"fp8_e4m3","scale_block_size":0,"scale_fmt":"ue8m0"}})");
+      R"({"op":"sparse_prefill","params":{"kv_dtype":"fp8_e4m3","quantization_granularity":0,"scale_fmt":"ue8m0"}})");
   CHECK_MESSAGE(unit.find("kernel.params.scale_fmt: got ue8m0") == 0, unit);
   const std::string bad = rejection(R"({"op":"sparse_prefill","params":{"scale_fmt":"e8m0"}})");
   CHECK_MESSAGE(bad.find(R"(kernel.params.scale_fmt: got "e8m0", expected fp32 | ue8m0)") == 0, bad);

@@ -13,7 +13,7 @@ using mlajit::cli::fit_to_width;
 using mlajit::cli::terminal_columns;
 
 TEST_CASE("progress: a line is cut to the terminal width, leaving the last column free") {
-  const std::string line = "build [########................] 3/12 ETA 4s sparse_prefill_fp8_e4m3_h128_p64_sb64_sink_t64_st2";
+  const std::string line = "build [########................] 3/12 ETA 4s sparse_prefill_fp8_e4m3_h128_p64_g64_sink_fp8math";
   CHECK(fit_to_width(line, 200) == line);  // fits: unchanged
   CHECK(fit_to_width(line, static_cast<int>(line.size()) + 1) == line);
   CHECK(fit_to_width(line, static_cast<int>(line.size())) == line.substr(0, line.size() - 1));

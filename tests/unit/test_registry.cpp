@@ -61,14 +61,21 @@ TEST_CASE("registry: every knob is an int field, and every value of every defaul
 }
 
 TEST_CASE("registry: knob access by position reaches the named struct field") {
-  OpParams p = SparsePrefillParams{};
-  const auto& knobs = ops::definition(Op::sparse_prefill).knobs;
+  OpParams p = MlaIndexerParams{};
+  const auto& knobs = ops::definition(Op::mla_indexer).knobs;
+  REQUIRE(knobs.size() == 3);
   for (size_t k = 0; k < knobs.size(); ++k) ops::knob_at(p, k) = 100 + static_cast<int>(k);
-  const auto& sp = std::get<SparsePrefillParams>(p);
-  CHECK(sp.b_topk == 100);      // knobs[0]
-  CHECK(sp.num_stages == 101);  // knobs[1]
-  CHECK(sp.num_q_heads == SparsePrefillParams{}.num_q_heads);  // nothing else written
+  const auto& m = std::get<MlaIndexerParams>(p);
+  CHECK(m.block_kv == 100);    // knobs[0]
+  CHECK(m.block_q == 101);     // knobs[1]
+  CHECK(m.num_stages == 102);  // knobs[2]
+  CHECK(m.num_heads == MlaIndexerParams{}.num_heads);  // nothing else written
+  CHECK(m.top_k == MlaIndexerParams{}.top_k);
   // The mask marks exactly the knobs' positions in fields() order.
-  const auto& layout = ops::knob_layout(Op::sparse_prefill);
-  CHECK(layout.mask == ((uint64_t{1} << layout.position[0]) | (uint64_t{1} << layout.position[1])));
+  const auto& layout = ops::knob_layout(Op::mla_indexer);
+  CHECK(layout.mask == ((uint64_t{1} << layout.position[0]) | (uint64_t{1} << layout.position[1]) |
+                        (uint64_t{1} << layout.position[2])));
+  // The prefill has no knobs: b_topk has one legal value and the launch plan picks the rest.
+  CHECK(ops::definition(Op::sparse_prefill).knobs.empty());
+  CHECK(ops::knob_layout(Op::sparse_prefill).mask == 0);
 }

@@ -27,11 +27,11 @@ TEST_CASE("memory-hit lookup costs well under a microsecond") {
   detail::SingleFlightCache<SpecOnDevice, int> cache;
   // A realistic population: a sweep of prefill and indexer variants.
   std::vector<KernelSpec> specs;
-  for (int topk : {64, 128})
+  for (bool sink : {false, true})
     for (int heads = 16; heads <= 128; heads += 16)
       for (auto dt : {DType::bf16, DType::fp8_e4m3}) {
         SparsePrefillParams p;
-        p.b_topk = topk;
+        p.attn_sink = sink;
         p.num_q_heads = heads;
         p.kv_dtype = dt;
         specs.push_back(KernelSpec{p});

@@ -23,15 +23,15 @@ std::string refusal(const std::string& text, const char* key) {
 }  // namespace
 
 TEST_CASE("--shape integers: digits only, no wrap-around into an int") {
-  ShapeArg s("tokens=65536,heads=007,s_q=9000000000");
-  int tokens = 0, heads = 0;
-  int64_t s_q = 0;
-  s.take_int("tokens", tokens);
+  ShapeArg s("top_k=65536,heads=007,tokens=9000000000");
+  int top_k = 0, heads = 0;
+  int64_t tokens = 0;
+  s.take_int("top_k", top_k);
   s.take_int("heads", heads);
-  s.take_int("s_q", s_q);
-  CHECK(tokens == 65536);
+  s.take_int("tokens", tokens);
+  CHECK(top_k == 65536);
   CHECK(heads == 7);
-  CHECK(s_q == 9000000000LL);
+  CHECK(tokens == 9000000000LL);
   s.done("op");
   // Each of these was accepted before (std::stoll + a cast to int): wrapped or not what was typed.
   for (const char* bad : {"heads=4294967295", "heads=2147483648", "heads= 5", "heads=+5", "heads=-0", "heads=",
@@ -43,10 +43,10 @@ TEST_CASE("--shape integers: digits only, no wrap-around into an int") {
   }
   CHECK(refusal("heads=2147483647", "heads").empty());
   // Found by fuzz_shape: 19 nines overflowed the digit loop itself (signed overflow, UBSan).
-  ShapeArg wide("s_q=9999999999999999999,s_kv=9223372036854775807");
+  ShapeArg wide("tokens=9999999999999999999,keys=9223372036854775807");
   int64_t q = 0, kv = 0;
-  CHECK_THROWS_WITH_AS(wide.take_int("s_q", q), doctest::Contains("--shape s_q"), Error);
-  wide.take_int("s_kv", kv);
+  CHECK_THROWS_WITH_AS(wide.take_int("tokens", q), doctest::Contains("--shape tokens"), Error);
+  wide.take_int("keys", kv);
   CHECK(kv == INT64_MAX);
 }
 
@@ -57,4 +57,25 @@ TEST_CASE("--shape: repeated and leftover keys are refused") {
   int h = 0;
   s.take_int("heads", h);
   CHECK_THROWS_WITH_AS(s.done("mla_indexer"), doctest::Contains("typo"), Error);
+}
+
+TEST_CASE("--shape: one spelling per key; a renamed key is refused with its new name") {
+  for (const char* text : {"topk=2048", "s_q=4096", "s_kv=32768", "new_tokens=4096", "cached_tokens=100",
+                           "granularity=64", "scale_block_size=64"}) {
+    CAPTURE(text);
+    ShapeArg s(text);
+    int64_t v = 0;
+    for (const char* key : {"tokens", "keys", "top_k", "quantization_granularity"}) s.take_int(key, v);
+    try {
+      s.done("sparse_prefill");
+      FAIL("accepted ", text);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      CHECK(what.find("--shape key for sparse_prefill: got ") == 0);
+      CHECK(what.find(" is now \"") != std::string::npos);
+    }
+  }
+  ShapeArg q("scale_block_size=576");
+  CHECK_THROWS_WITH_AS(q.done("sparse_prefill"), doctest::Contains("\"scale_block_size\" is now \"quantization_granularity\""),
+                       Error);
 }

@@ -23,11 +23,11 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // A one-token, one-block problem whose slots the test fills by hand (page 64, 2 layers).
-ref::SparsePrefillProblem tiny_problem(DType kv, int sbs, bool sink, int heads = 16) {
+ref::SparsePrefillProblem tiny_problem(DType kv, int quant_granularity, bool sink, int heads = 16) {
   SparsePrefillParams p;
   p.kv_dtype = kv;
   p.num_q_heads = heads;
-  p.scale_block_size = sbs;
+  p.quantization_granularity = quant_granularity;
   p.attn_sink = sink;
   ref::SparsePrefillShape s;
   s.num_tokens = 1;
@@ -170,7 +170,7 @@ TEST_CASE("sparse_prefill random problems with scale_fmt ue8m0: power-of-two sca
   SparsePrefillParams p;
   p.num_q_heads = 16;
   p.kv_dtype = DType::fp8_e4m3;
-  p.scale_block_size = 64;
+  p.quantization_granularity = 64;
   p.scale_fmt = ScaleFmt::ue8m0;
   ref::SparsePrefillShape s;
   s.num_tokens = 4;
@@ -198,7 +198,7 @@ TEST_CASE("sparse_prefill op: argument validation names the argument (no GPU nee
   SparsePrefillParams p;
   p.num_q_heads = 32;
   p.kv_dtype = DType::fp8_e4m3;
-  p.scale_block_size = 64;
+  p.quantization_granularity = 64;
   p.attn_sink = true;
   p.emit_lse = true;
   const int64_t T = 3, NB = 4, L = 2, P = 64, S = 128;
@@ -245,7 +245,7 @@ TEST_CASE("sparse_prefill op: argument validation names the argument (no GPU nee
       "kv.blocks dim 3");
   has(call([&](Pr&, V&, K& k, V&, V&, V&, V&, V&, int&, float&) { k.scales = V(ptr, DType::f32, {NB, 1, L, P, 1, 8}); }),
       "kv.scales dim 5");
-  has(call([&](Pr& pp, V&, K&, V&, V&, V&, V&, V&, int&, float&) { pp.scale_block_size = 0; }), "kv.scales");
+  has(call([&](Pr& pp, V&, K&, V&, V&, V&, V&, V&, int&, float&) { pp.quantization_granularity = 0; }), "kv.scales");
   has(call([&](Pr&, V&, K&, V& i, V&, V&, V&, V&, int&, float&) { i = V(ptr, DType::u32, {T, 100}); }),
       "indices dim 1 (indices_stride)");
   has(call([&](Pr&, V&, K&, V& i, V&, V&, V&, V&, int&, float&) { i = V(ptr, DType::i32, {T, S}); }), "indices dtype");
@@ -269,7 +269,7 @@ TEST_CASE("sparse_prefill codegen: deterministic source with the planned entries
       SparsePrefillParams p;
       p.num_q_heads = heads;
       p.kv_dtype = kv;
-      p.scale_block_size = kv == DType::fp8_e4m3 ? 64 : 0;
+      p.quantization_granularity = kv == DType::fp8_e4m3 ? 64 : 0;
       KernelSpec spec{p};
       KernelSource a = generate(spec), b = generate(spec);
       CHECK(a.code == b.code);
@@ -323,7 +323,7 @@ TEST_CASE("sparse_prefill codegen: one kernel body per module") {
   // possible. Power-of-two scales (scale_fmt ue8m0) take the Hopper body on sm_90a again.
   SparsePrefillParams group = p;
   group.kv_dtype = DType::fp8_e4m3;
-  group.scale_block_size = 64;
+  group.quantization_granularity = 64;
   KernelSource g = generate(KernelSpec{group});
   CHECK(g.code.find(hopper_if) == std::string::npos);
   CHECK(g.code.find("#if 0\n#define MLAJIT_SPARSE_PREFILL_HOPPER 1") != std::string::npos);
@@ -332,9 +332,9 @@ TEST_CASE("sparse_prefill codegen: one kernel body per module") {
   pow2.scale_fmt = ScaleFmt::ue8m0;
   CHECK(generate(KernelSpec{pow2}).code.find(hopper_if) != std::string::npos);
   // A spec the Hopper kernel does not cover: one entry, no forced sm90 source.
-  SparsePrefillParams three = p;  // 8-element scale blocks: below the Hopper kernel's 16
+  SparsePrefillParams three = p;  // quantization granularity 8: below the Hopper kernel's 16
   three.kv_dtype = DType::fp8_e4m3;
-  three.scale_block_size = 8;
+  three.quantization_granularity = 8;
   KernelSource t = generate(KernelSpec{three});
   CHECK(t.entries.size() == 1);
   CHECK(t.code.find("sparse_prefill/sm90.cuh") == std::string::npos);
@@ -352,7 +352,7 @@ TEST_CASE("sparse_prefill path choice") {
   CHECK(sparse_prefill::resolve_path(p, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm90);
   SparsePrefillParams group = p;  // fp8 group scales: the portable kernel applies them exactly
   group.kv_dtype = DType::fp8_e4m3;
-  group.scale_block_size = 64;
+  group.quantization_granularity = 64;
   CHECK(sparse_prefill::resolve_path(group, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
   CHECK(sparse_prefill::resolve_path(group, "sm_90a", sparse_prefill::Path::sm90) == sparse_prefill::Path::sm90);
   // Power-of-two group scales: exact in the Hopper kernel's tile, so it is preferred there.
@@ -362,11 +362,11 @@ TEST_CASE("sparse_prefill path choice") {
   CHECK_FALSE(sparse_prefill::sm90_preferred(group));
   CHECK(sparse_prefill::resolve_path(pow2, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm90);
   CHECK(sparse_prefill::resolve_path(pow2, "sm_80", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
-  pow2.scale_block_size = 8;  // below the Hopper kernel's 16-element minimum: portable whatever the format
+  pow2.quantization_granularity = 8;  // below the Hopper kernel's 16-element minimum: portable whatever the format
   CHECK(sparse_prefill::resolve_path(pow2, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
-  SparsePrefillParams three = p;  // 8-element scale blocks: only the portable kernel takes them
+  SparsePrefillParams three = p;  // quantization granularity 8: only the portable kernel takes them
   three.kv_dtype = DType::fp8_e4m3;
-  three.scale_block_size = 8;
+  three.quantization_granularity = 8;
   CHECK(sparse_prefill::resolve_path(three, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
   CHECK_THROWS_AS(sparse_prefill::resolve_path(three, "sm_90a", sparse_prefill::Path::sm90), Error);
   CHECK(sparse_prefill::parse_path("sm90") == sparse_prefill::Path::sm90);
@@ -375,11 +375,11 @@ TEST_CASE("sparse_prefill path choice") {
 
 namespace {
 
-// An FP8-math spec: fp8 cache with unit (sbs 0) or per-row (sbs 576) scales.
-SparsePrefillParams fp8_math(int sbs, int heads = 128) {
+// An FP8-math spec: fp8 cache with unit (quant_granularity 0) or per-row (quant_granularity 576) scales.
+SparsePrefillParams fp8_math(int quant_granularity, int heads = 128) {
   SparsePrefillParams p;
   p.kv_dtype = DType::fp8_e4m3;
-  p.scale_block_size = sbs;
+  p.quantization_granularity = quant_granularity;
   p.num_q_heads = heads;
   p.qk_math = QkMath::fp8;
   return p;
@@ -388,12 +388,11 @@ SparsePrefillParams fp8_math(int sbs, int heads = 128) {
 }  // namespace
 
 TEST_CASE("sparse_prefill qk_math fp8 codegen: the Hopper FP8-math kernel only, never the portable body") {
-  for (int sbs : {0, 576}) {
+  for (int quant_granularity : {0, 576}) {
     for (int heads : {16, 48, 64, 80, 128}) {
-      for (int b_topk : {64, 128}) {
-        SparsePrefillParams p = fp8_math(sbs, heads);
-        p.b_topk = b_topk;
-        p.attn_sink = heads == 80;
+      for (bool sink : {false, true}) {
+        SparsePrefillParams p = fp8_math(quant_granularity, heads);
+        p.attn_sink = sink;
         p.emit_lse = heads != 48;
         const KernelSpec spec{p};
         CAPTURE(spec.name());
@@ -406,7 +405,7 @@ TEST_CASE("sparse_prefill qk_math fp8 codegen: the Hopper FP8-math kernel only, 
         CHECK(a.code.find("sparse_prefill_sm80::") == std::string::npos);
         CHECK(a.code.find(fmt::format("/*page_size*/ {}, /*num_stages*/ 2,\n    /*fp8_math*/ true, /*pow2_scales*/ false>",
                                       p.page_size)) != std::string::npos);
-        CHECK(a.code.find(fmt::format("/*scale_block*/ {}, /*attn_sink*/ {}, /*emit_lse*/ {}", sbs,
+        CHECK(a.code.find(fmt::format("/*scale_block*/ {}, /*attn_sink*/ {}, /*emit_lse*/ {}", quant_granularity,
                                       p.attn_sink ? "true" : "false", p.emit_lse ? "true" : "false")) != std::string::npos);
         CHECK(a.code.find("kSmemBytes == 189520") != std::string::npos);
         const auto plan = sparse_prefill::sm90_plan(p);
@@ -454,8 +453,8 @@ TEST_CASE("sparse_prefill qk_math fp8 codegen: the Hopper FP8-math kernel only, 
 
 TEST_CASE("sparse_prefill qk_math fp8 path choice: sm_90a only, with errors naming qk_math fp8 and the arch") {
   using sparse_prefill::Path;
-  for (int sbs : {0, 576}) {
-    const SparsePrefillParams p = fp8_math(sbs);
+  for (int quant_granularity : {0, 576}) {
+    const SparsePrefillParams p = fp8_math(quant_granularity);
     CHECK(sparse_prefill::sm90_supported(p));
     CHECK(sparse_prefill::sm90_preferred(p));
     CHECK_FALSE(sparse_prefill::sm80_supported(p));
@@ -506,12 +505,12 @@ TEST_CASE("sparse_prefill scale_fmt ue8m0 tells the Hopper kernel its group scal
   // The Config's pow2_scales flag selects the one-multiply group decode (exact for powers of two
   // only), so it must follow scale_fmt exactly: on for ue8m0, off for fp32 scales, and part of the
   // source (hence of the cache key).
-  for (int sbs : {16, 64, 192, 576}) {
+  for (int quant_granularity : {16, 64, 192, 576}) {
     for (ScaleFmt fmt_ : {ScaleFmt::fp32, ScaleFmt::ue8m0}) {
       SparsePrefillParams p;
       p.kv_dtype = DType::fp8_e4m3;
       p.num_q_heads = 128;
-      p.scale_block_size = sbs;
+      p.quantization_granularity = quant_granularity;
       p.scale_fmt = fmt_;
       const KernelSpec spec{p};
       CAPTURE(spec.name());
@@ -523,7 +522,7 @@ TEST_CASE("sparse_prefill scale_fmt ue8m0 tells the Hopper kernel its group scal
   }
   SparsePrefillParams a;
   a.kv_dtype = DType::fp8_e4m3;
-  a.scale_block_size = 64;
+  a.quantization_granularity = 64;
   SparsePrefillParams b = a;
   b.scale_fmt = ScaleFmt::ue8m0;
   CHECK(generate_sparse_prefill_mode(KernelSpec{a}, sparse_prefill::Path::sm90).code !=
@@ -534,7 +533,7 @@ TEST_CASE("sparse_prefill reference data: ue8m0 group magnitudes follow the shap
   SparsePrefillParams p;
   p.kv_dtype = DType::fp8_e4m3;
   p.num_q_heads = 16;
-  p.scale_block_size = 64;
+  p.quantization_granularity = 64;
   p.scale_fmt = ScaleFmt::ue8m0;
   ref::SparsePrefillShape s;
   s.kv_tokens = 256;
@@ -576,7 +575,7 @@ TEST_CASE("sparse_prefill launch grid: the persistent bf16 Hopper kernel takes a
   CHECK(sparse_prefill::launch_ctas(bf16, Path::sm90, 0, 5) == 0);
   SparsePrefillParams fp8 = bf16;
   fp8.kv_dtype = DType::fp8_e4m3;
-  fp8.scale_block_size = 576;
+  fp8.quantization_granularity = 576;
   CHECK_FALSE(sparse_prefill::sm90_plan(fp8).persistent);
   CHECK(sparse_prefill::sm90_plan(fp8).smem_bytes == 1872 + 1024 + 3 * 73728 + 8192);
   CHECK(sparse_prefill::launch_ctas(fp8, Path::sm90, 10, 0) == 20);

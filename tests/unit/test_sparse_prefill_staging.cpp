@@ -23,10 +23,10 @@ using namespace mlajit;
 
 namespace {
 
-SparsePrefillParams staged(int sbs = 576) {
+SparsePrefillParams staged(int quant_granularity = 576) {
   SparsePrefillParams p;
   p.kv_dtype = DType::fp8_e4m3;
-  p.scale_block_size = sbs;
+  p.quantization_granularity = quant_granularity;
   p.kv_staging = KvStaging::bf16;
   return p;
 }
@@ -45,7 +45,7 @@ TEST_CASE("sparse_prefill kv_staging: params, JSON and kernel name") {
 
   SparsePrefillParams bf16_cache = p;
   bf16_cache.kv_dtype = DType::bf16;
-  bf16_cache.scale_block_size = 0;
+  bf16_cache.quantization_granularity = 0;
   std::string e = invalid_message([&] { bf16_cache.validate(); });
   CHECK(e.find("params.kv_staging") != std::string::npos);
   CHECK(e.find("kv_dtype bf16") != std::string::npos);
@@ -63,15 +63,15 @@ TEST_CASE("sparse_prefill kv_staging: params, JSON and kernel name") {
 }
 
 TEST_CASE("sparse_prefill kv_staging: the attention kernel is the bf16-cache one, whatever the scales") {
-  for (int sbs : {0, 8, 64, 576}) {
+  for (int quant_granularity : {0, 8, 64, 576}) {
     for (ScaleFmt fmt : {ScaleFmt::fp32, ScaleFmt::ue8m0}) {
-      if (sbs == 0 && fmt == ScaleFmt::ue8m0) continue;
-      SparsePrefillParams p = staged(sbs);
+      if (quant_granularity == 0 && fmt == ScaleFmt::ue8m0) continue;
+      SparsePrefillParams p = staged(quant_granularity);
       p.scale_fmt = fmt;
-      CAPTURE(sbs);
+      CAPTURE(quant_granularity);
       const SparsePrefillParams a = sparse_prefill::attention_params(p);
       CHECK(a.kv_dtype == DType::bf16);
-      CHECK(a.scale_block_size == 0);
+      CHECK(a.quantization_granularity == 0);
       CHECK(a.kv_staging == KvStaging::none);
       // Group scales of any f32 value, even 8-element ones, run on the Hopper kernel: the staging
       // already applied them (rounded once to bf16).
@@ -90,8 +90,8 @@ TEST_CASE("sparse_prefill kv_staging: the attention kernel is the bf16-cache one
       CHECK(src.entries[sparse_prefill::kEntryStageMark].symbol == sparse_prefill::kSymbolStageMark);
       CHECK(src.entries[sparse_prefill::kEntryStageConvert].symbol == sparse_prefill::kSymbolStageConvert);
       CHECK(src.code.find("#include \"sparse_prefill/stage_bf16.cuh\"") != std::string::npos);
-      CHECK(src.code.find(fmt::format("/*page_size*/ 64, /*scale_block*/ {}>", sbs)) != std::string::npos);
-      // The attention Config of both bodies is the bf16 cache's (kv_fp8 false, scale block 0).
+      CHECK(src.code.find(fmt::format("/*page_size*/ 64, /*scale_block*/ {}>", quant_granularity)) != std::string::npos);
+      // The attention Config of both bodies is the bf16 cache's (kv_fp8 false, quantization granularity 0).
       CHECK(src.code.find("/*kv_fp8*/ true") == std::string::npos);
       CHECK(src.code.find("/*kv_fp8*/ false") != std::string::npos);
       CHECK(src.code.find("kPersistent == true") != std::string::npos);
@@ -126,7 +126,7 @@ TEST_CASE("sparse_prefill kv_staging: the workspace contract (no GPU needed)") {
   CHECK(ops::sparse_prefill_workspace_bytes(none, NB) == 0);
   SparsePrefillParams bf16 = none;  // the persistent kernel without staging: the slots alone
   bf16.kv_dtype = DType::bf16;
-  bf16.scale_block_size = 0;
+  bf16.quantization_granularity = 0;
   CHECK(ops::sparse_prefill_workspace_bytes(bf16, NB) == kSlots);
   CHECK(invalid_message([&] { ops::sparse_prefill_workspace_bytes(p, 0); }).find("num_blocks") != std::string::npos);
   // More rows than an int32 encoded index reaches: refused, never a wrapped size.
@@ -268,8 +268,8 @@ TEST_CASE("sparse_prefill kv_staging: what the one bf16 rounding of f32-scaled r
   // The GPU tests hold the staged op to the staged problem's f64 result at SPEC §3's bounds and to
   // the fp8 problem's at the bf16-cache lse bound (1e-2) where f32 scales make the copy inexact;
   // this measures the gap between the two references themselves (printed) on the tests' data.
-  for (int sbs : {576, 64}) {
-    SparsePrefillParams p = staged(sbs);
+  for (int quant_granularity : {576, 64}) {
+    SparsePrefillParams p = staged(quant_granularity);
     p.num_q_heads = 64;
     ref::SparsePrefillShape s;
     s.num_tokens = 24;
@@ -285,7 +285,7 @@ TEST_CASE("sparse_prefill kv_staging: what the one bf16 rounding of f32-scaled r
       num += (a.out[i] - b.out[i]) * (a.out[i] - b.out[i]);
       den += a.out[i] * a.out[i];
     }
-    MESSAGE("sbs ", sbs, " f32 scales: staged vs fp8 reference: lse max diff ", lse_err, ", out rel Frobenius ",
+    MESSAGE("quant_granularity ", quant_granularity, " f32 scales: staged vs fp8 reference: lse max diff ", lse_err, ", out rel Frobenius ",
             std::sqrt(num / den));
     CHECK(lse_err < 1e-2);
     CHECK(lse_err > 0);  // f32 scales do round

@@ -261,7 +261,7 @@ nlohmann::json bench_kv_cache(const std::string& op_name_arg, const KvCacheBench
                           {"is_mla", s.is_mla},
                           {"page_size", s.page_size},
                           {"num_layers", s.num_layers},
-                          {"quantization_granularity", c.granularity()},
+                          {"quantization_granularity", c.resolved_quantization_granularity()},
                           {"scale_fmt", s.scale_fmt == ScaleFmt::ue8m0 ? "ue8m0" : "fp32"},
                           {"threads", s.threads}};
   return {{"op", std::string(op_name(op))},

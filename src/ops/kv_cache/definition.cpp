@@ -44,7 +44,7 @@ namespace {
 std::string cache_name(std::string_view op, const PagedKVCacheParams& c) {
   std::string s = fmt::format("{}_{}_{}_h{}_d{}_p{}", op, c.is_mla ? "mla" : "mha", dtype_name(c.dtype), c.num_heads,
                               c.head_size, c.page_size);
-  if (c.quantized()) s += fmt::format("_g{}_{}", c.granularity(), scale_fmt_name(c.scale_fmt));
+  if (c.quantized()) s += fmt::format("_g{}_{}", c.resolved_quantization_granularity(), scale_fmt_name(c.scale_fmt));
   if (c.num_layers != 1) s += fmt::format("_l{}", c.num_layers);  // absent: one layer
   return s;
 }
@@ -95,10 +95,10 @@ const OpDefinition& sparse_index_remap_definition() {
       Op::sparse_index_remap,
       {threads_knob(256)},
       {{"tokens", 4096, true, "query tokens (rows of indices)"},
-       {"topk", 2048, true, "indices per token (columns of indices)"},
+       {"top_k", 2048, true, "indices per token (columns of indices)"},
        {"batch", 4, false, "sequences"},
        {"context", 32768, false, "cached tokens per sequence (range of the logical indices)"}},
-      [](const autotune::Shape& s) { return autotune::bucket_sparse_index_remap(s.at("tokens"), s.at("topk")); },
+      [](const autotune::Shape& s) { return autotune::bucket_sparse_index_remap(s.at("tokens"), s.at("top_k")); },
       [](const OpParams& p) {
         return fmt::format("sparse_index_remap_p{}", std::get<SparseIndexRemapParams>(p).page_size);
       },

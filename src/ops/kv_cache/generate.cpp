@@ -29,8 +29,9 @@ const char* elem_tag(DType t) {
 // Template arguments shared by store and gather: the cache geometry.
 std::string cache_geometry_args(const PagedKVCacheParams& c) {
   return fmt::format("/*num_heads*/ {}, /*head_size*/ {}, /*page_size*/ {}, /*num_layers*/ {}, /*kv_dim*/ {}, "
-                     "/*granularity*/ {}",
-                     c.num_heads, c.head_size, c.page_size, c.num_layers, c.kv_dim(), c.granularity());
+                     "/*quantization_granularity*/ {}",
+                     c.num_heads, c.head_size, c.page_size, c.num_layers, c.kv_dim(),
+                     c.resolved_quantization_granularity());
 }
 
 std::string layout_comment(const PagedKVCacheParams& c) {

@@ -115,7 +115,7 @@ void kv_cache_store(const KvCacheStoreParams& requested, const TensorView& x, co
   const int in_bytes = static_cast<int>(dtype_size(p.input_dtype));
   const int cache_bytes = static_cast<int>(dtype_size(c.dtype));
   const mj::kv::Plan plan = mj::kv::make_plan(in_bytes, cache_bytes, c.num_heads, c.head_size, c.quantized(),
-                                              c.granularity(), p.threads);
+                                              c.resolved_quantization_granularity(), p.threads);
 
   const int64_t num_tokens = expect_token_rows(x, p.input_dtype, c, static_cast<size_t>(plan.vec) * in_bytes, "x");
 
@@ -155,7 +155,7 @@ void kv_cache_gather(const KvCacheGatherParams& requested, const PagedCacheView&
   const int cache_bytes = static_cast<int>(dtype_size(c.dtype));
   const int out_bytes = static_cast<int>(dtype_size(p.output_dtype));
   const mj::kv::Plan plan = mj::kv::make_plan(cache_bytes, out_bytes, c.num_heads, c.head_size, c.quantized(),
-                                              c.granularity(), p.threads);
+                                              c.resolved_quantization_granularity(), p.threads);
 
   const int64_t num_tokens = expect_token_rows(y, p.output_dtype, c, static_cast<size_t>(plan.vec) * out_bytes, "y");
   expect_tensor(batch_ids, DType::u32, {num_tokens}, "batch_ids");

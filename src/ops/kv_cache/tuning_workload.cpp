@@ -246,7 +246,7 @@ class RemapWorkload : public Workload {
  public:
   RemapWorkload(const SparseIndexRemapParams& p, const Shape& s, uint64_t seed) : p_(p), rng_(seed) {
     tokens_ = s.at("tokens");
-    k_ = s.at("topk");
+    k_ = s.at("top_k");
     const int64_t batch = std::min<int64_t>(s.at("batch"), tokens_);
     const auto offsets = data::ragged_offsets(tokens_, batch, rng_);
     auto lengths = context_lengths(batch, s.at("context"), rng_);

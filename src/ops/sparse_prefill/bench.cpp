@@ -74,18 +74,17 @@ double rel_frobenius_bf16(const std::vector<uint16_t>& x, const std::vector<uint
 }  // namespace
 
 nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
-  MLAJIT_EXPECT(a.s_q >= 1, "s_q", a.s_q, ">= 1");
-  MLAJIT_EXPECT(a.topk >= 1, "topk", a.topk, ">= 1");
-  MLAJIT_EXPECT(a.s_kv >= a.topk, "s_kv", a.s_kv, fmt::format(">= topk ({}): indices are distinct", a.topk));
-  MLAJIT_EXPECT(a.s_kv <= (int64_t{1} << 30), "s_kv", a.s_kv, "<= 2^30");
+  MLAJIT_EXPECT(a.tokens >= 1, "tokens", a.tokens, ">= 1");
+  MLAJIT_EXPECT(a.top_k >= 1, "top_k", a.top_k, ">= 1");
+  MLAJIT_EXPECT(a.keys >= a.top_k, "keys", a.keys, fmt::format(">= top_k ({}): indices are distinct", a.top_k));
+  MLAJIT_EXPECT(a.keys <= (int64_t{1} << 30), "keys", a.keys, "<= 2^30");
   MLAJIT_EXPECT(a.reps >= 1, "reps", a.reps, ">= 1");
   MLAJIT_EXPECT(a.layers >= 1 && a.layers <= 64, "layers", a.layers, "1..64");
   SparsePrefillParams p;
   p.kv_dtype = a.kv_dtype;
   p.num_q_heads = a.num_heads;
-  p.b_topk = a.b_topk;
   p.page_size = a.page_size;
-  p.scale_block_size = a.scale_block_size;
+  p.quantization_granularity = a.quantization_granularity;
   p.scale_fmt = a.scale_fmt;
   p.attn_sink = a.attn_sink;
   p.emit_lse = a.emit_lse;
@@ -106,7 +105,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   if (with_anchor) {
     // The anchor ABI's constraints (bench.hpp), checked before any allocation.
     MLAJIT_EXPECT(a.num_heads % 64 == 0, "heads (with --anchor)", a.num_heads, "a multiple of 64 (anchor ABI)");
-    MLAJIT_EXPECT(a.topk % 128 == 0, "topk (with --anchor)", a.topk, "a multiple of 128 (anchor ABI)");
+    MLAJIT_EXPECT(a.top_k % 128 == 0, "top_k (with --anchor)", a.top_k, "a multiple of 128 (anchor ABI)");
   }
   std::unique_ptr<Anchor> anchor = with_anchor ? std::make_unique<Anchor>(a.anchor) : nullptr;
 
@@ -114,11 +113,11 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   Runtime& rt = Runtime::global();
   const sparse_prefill::Path path = sparse_prefill::resolve_path(p, rt.arch(), requested);
 
-  const int64_t T = a.s_q, H = a.num_heads;
+  const int64_t T = a.tokens, H = a.num_heads;
   // The cache interleaves `layers` layers page by page ([block, layer, page row]); the last is read.
   const int layers = a.layers, read_layer = a.layers - 1;
-  const int64_t stride = (a.topk + p.b_topk - 1) / p.b_topk * p.b_topk;
-  const int64_t pages = (a.s_kv + p.page_size - 1) / p.page_size;
+  const int64_t stride = (a.top_k + p.b_topk - 1) / p.b_topk * p.b_topk;
+  const int64_t pages = (a.keys + p.page_size - 1) / p.page_size;
   const int64_t num_blocks = pages + 1;  // one block no sequence maps
   autotune::data::Rng rng(2024);
 
@@ -141,22 +140,22 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   // Distinct random positions per row (partial Fisher-Yates over the pool), encoded through the
   // shuffled lookup table. `positions` keeps the unencoded ones for the anchor.
   const auto lut = autotune::data::shuffled_lookup_table(1, num_blocks, rng);
-  std::vector<uint32_t> pool(static_cast<size_t>(a.s_kv));
+  std::vector<uint32_t> pool(static_cast<size_t>(a.keys));
   std::iota(pool.begin(), pool.end(), 0u);
   std::vector<uint32_t> idx(static_cast<size_t>(T * stride), 0xFFFFFFFFu);
-  std::vector<int32_t> positions(with_anchor ? static_cast<size_t>(T * a.topk) : 0);
+  std::vector<int32_t> positions(with_anchor ? static_cast<size_t>(T * a.top_k) : 0);
   for (int64_t t = 0; t < T; ++t) {
-    for (int64_t j = 0; j < a.topk; ++j) {
-      const size_t k = static_cast<size_t>(j) + rng.below(static_cast<uint32_t>(a.s_kv - j));
+    for (int64_t j = 0; j < a.top_k; ++j) {
+      const size_t k = static_cast<size_t>(j) + rng.below(static_cast<uint32_t>(a.keys - j));
       std::swap(pool[static_cast<size_t>(j)], pool[k]);
       const uint32_t pos = pool[static_cast<size_t>(j)];
       idx[static_cast<size_t>(t * stride + j)] = lut[pos / p.page_size] * p.page_size + pos % p.page_size;
-      if (with_anchor) positions[static_cast<size_t>(t * a.topk + j)] = static_cast<int32_t>(pos);
+      if (with_anchor) positions[static_cast<size_t>(t * a.top_k + j)] = static_cast<int32_t>(pos);
     }
   }
   driver::DeviceBuffer indices = autotune::data::upload(idx);
   driver::DeviceBuffer lengths =
-      autotune::data::upload(std::vector<uint32_t>(static_cast<size_t>(T), static_cast<uint32_t>(a.topk)));
+      autotune::data::upload(std::vector<uint32_t>(static_cast<size_t>(T), static_cast<uint32_t>(a.top_k)));
   std::vector<float> sink_h(static_cast<size_t>(H));
   for (auto& x : sink_h) x = rng.uniform(-1.f, 1.f);
   driver::DeviceBuffer sink = autotune::data::upload(sink_h);
@@ -193,19 +192,19 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
     const size_t es = dtype_size(p.kv_dtype);
     const size_t page_bytes = static_cast<size_t>(p.page_size) * 576 * es;
     std::vector<uint8_t> page(page_bytes);
-    std::vector<uint16_t> kv_h(static_cast<size_t>(a.s_kv) * 576);
+    std::vector<uint16_t> kv_h(static_cast<size_t>(a.keys) * 576);
     for (int64_t pg = 0; pg < pages; ++pg) {
       const size_t row0 = static_cast<size_t>(lut[pg]) * layers * p.page_size + static_cast<size_t>(read_layer) * p.page_size;
       blocks.download(page.data(), page_bytes, row0 * 576 * es);
       for (int r = 0; r < p.page_size; ++r) {
         const int64_t pos = pg * p.page_size + r;
-        if (pos >= a.s_kv) break;
+        if (pos >= a.keys) break;
         uint16_t* dst = kv_h.data() + pos * 576;
         if (p.kv_dtype == DType::bf16) {
           std::memcpy(dst, page.data() + static_cast<size_t>(r) * 1152, 1152);
         } else {
           for (int e = 0; e < 576; ++e) {
-            const float s = spt > 0 ? sc[(row0 + r) * spt + e / p.scale_block_size] : 1.0f;
+            const float s = spt > 0 ? sc[(row0 + r) * spt + e / p.quantization_granularity] : 1.0f;
             dst[e] = ref::float_to_bf16(ref::e4m3_to_float(page[static_cast<size_t>(r) * 576 + e]) * s);
           }
         }
@@ -231,13 +230,13 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   };
   run_mlajit();  // the split it takes (the launches below are timed)
   const bool compare_unsplit = split.parts > 1;
-  // The anchor twice: without per-token lengths (its default instantiation: every row has `topk`
+  // The anchor twice: without per-token lengths (its default instantiation: every row has `top_k`
   // keys, no length load) and with them (its topk_length instantiation reads topk_length[t] first,
-  // as mlajit always reads topk_lengths[t]: the same work). The lengths buffer holds `topk` for
+  // as mlajit always reads topk_lengths[t]: the same work). The lengths buffer holds `top_k` for
   // every token, so both compute the same output.
   auto run_anchor = [&](bool with_lengths) {
-    const int rc = anchor->run(q.get(), a_kv.get(), a.s_kv, static_cast<const int*>(a_idx.get()), static_cast<int>(T),
-                               static_cast<int>(H), a.topk, kSoftmaxScale,
+    const int rc = anchor->run(q.get(), a_kv.get(), a.keys, static_cast<const int*>(a_idx.get()), static_cast<int>(T),
+                               static_cast<int>(H), a.top_k, kSoftmaxScale,
                                p.attn_sink ? static_cast<const float*>(sink.get()) : nullptr,
                                with_lengths ? static_cast<const int*>(lengths.get()) : nullptr, a_out.get(),
                                static_cast<float*>(a_maxl.get()), static_cast<float*>(a_lse.get()), stream);
@@ -257,7 +256,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   driver::stream_synchronize(stream);
   driver::destroy_stream(stream);
   const double median = timings[0].median_ms, best = timings[0].min_ms, worst = timings[0].max_ms;
-  const double flops = 2.0 * static_cast<double>(T) * a.topk * static_cast<double>(H) * (576 + 512);
+  const double flops = 2.0 * static_cast<double>(T) * a.top_k * static_cast<double>(H) * (576 + 512);
 
   const auto info = driver::device_info(dev);
   nlohmann::json j;
@@ -267,10 +266,10 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   j["ctas"] = sparse_prefill::launch_ctas(p, path, T, a.ctas);
   j["arch"] = rt.arch();
   j["device"] = info.name;
-  j["s_q"] = T;
+  j["tokens"] = T;
   j["num_heads"] = H;
-  j["topk"] = a.topk;
-  j["s_kv"] = a.s_kv;
+  j["top_k"] = a.top_k;
+  j["keys"] = a.keys;
   j["reps"] = a.reps;
   j["flops"] = flops;
   j["ms"] = {{"median", median}, {"min", best}, {"max", worst}};

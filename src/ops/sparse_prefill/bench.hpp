@@ -1,9 +1,9 @@
 #pragma once
-// `mlajit bench sparse_prefill`: times sparse_prefill (SPEC §3) on the current GPU. s_q query
-// tokens attend to `topk` distinct random keys each out of s_kv tokens of one sequence whose pages
+// `mlajit bench sparse_prefill`: times sparse_prefill (SPEC §3) on the current GPU. `tokens` query
+// tokens attend to `top_k` distinct random keys each out of `keys` tokens of one sequence whose pages
 // are shuffled through a lookup table, in a paged latent cache of `layers` layers (default 2,
 // interleaved page by page as the store writes them; the last layer is read), bf16 or fp8 (random
-// positive scales per scale block), with 16-bit or (qk_math fp8, Hopper only) FP8 math.
+// positive scales per quantization group), with 16-bit or (qk_math fp8, Hopper only) FP8 math.
 #include <cstdint>
 #include <string>
 
@@ -14,17 +14,16 @@
 namespace mlajit::bench {
 
 struct SparsePrefillBenchArgs {
-  int64_t s_q = 4096;
+  int64_t tokens = 4096;  // query tokens (the anchor ABI's s_q)
   int num_heads = 128;
-  int topk = 2048;
-  int64_t s_kv = 32768;
+  int top_k = 2048;       // keys selected per query token
+  int64_t keys = 32768;   // keys in the cache (the anchor ABI's s_kv)
   DType kv_dtype = DType::bf16;
-  int b_topk = 64;
   int page_size = 64;
   int layers = 2;  // layers of the paged cache (1..64); 1 = one contiguous layer, FlashMLA's own layout
-  int scale_block_size = 0;  // fp8 only (0 = unit scales)
+  int quantization_granularity = 0;  // fp8 only (0 = unit scales)
   ScaleFmt scale_fmt = ScaleFmt::fp32;  // ue8m0: the random scales are powers of two (params.scale_fmt)
-  QkMath qk_math = QkMath::bf16;  // fp8: the FP8-math kernel (fp8 cache, scale_block_size 0 | 576, sm_90a)
+  QkMath qk_math = QkMath::bf16;  // fp8: the FP8-math kernel (fp8 cache, quantization_granularity 0 | 576, sm_90a)
   // kv_staging bf16: the selected fp8 rows are staged as bf16 in a workspace first (params.kv_staging);
   // stage_rows: auto | all | marked (sparse_prefill::StageRows), the staging's row choice.
   KvStaging kv_staging = KvStaging::none;
@@ -50,14 +49,14 @@ struct SparsePrefillBenchArgs {
 // [s_q, h_q, 576], kv bf16 [s_kv, 1, 576], indices int32 [s_q, 1, topk] (positions into kv),
 // attn_sink f32 [h_q], out bf16 [s_q, h_q, 512], max_logits / lse f32 [s_q, h_q]; lse natural log
 // without the sink, out = sum p v / (sum p + exp(sink)) -- the op's semantics (SPEC §3). Needs
-// heads % 64 == 0 and topk % 128 == 0. The anchor gets the same q, the same key rows (an fp8 cache
+// heads % 64 == 0 and top_k % 128 == 0. The anchor gets the same q, the same key rows (an fp8 cache
 // dequantised to bf16, also with qk_math fp8: the anchor stays the 16-bit kernel it is compared
 // against) and the same keys per query as mlajit; both are timed in alternating reps, each after
 // an L2 flush.
 
 // CUDA-event timings after 3 warm-up launches over `reps` launches:
-//   {"op", "params", "path", "arch", "device", "s_q", "num_heads", "topk", "s_kv", "reps",
-//    "flops" (2 * sum(topk_lengths) * H * (576 + 512)), "ms": {"median", "min", "max"},
+//   {"op", "params", "path", "arch", "device", "tokens", "num_heads", "top_k", "keys", "reps",
+//    "flops" (2 * tokens * top_k * H * (576 + 512)), "ms": {"median", "min", "max"},
 //    "tflops" (flops / median), "tflops_best" (flops / min)}; with kv_staging bf16 also
 //    "stage": {"rows" (all | marked, as resolved), "ms_median" (the staging kernels alone, timed in
 //    the same interleaved reps; "ms" above is staging + attention, the op's whole cost)}; and with an anchor

@@ -46,7 +46,7 @@ std::string sm80_part(const SparsePrefillParams& p, const sparse_prefill::Sm80Pl
       "  mj::sparse_prefill_sm80::run<SparsePrefillSm80>(args);\n"
       "}}\n",
       plan.head_tiles, plan.threads, plan.heads_per_cta, plan.key_tile, plan.smem_bytes, p.num_q_heads, plan.m_tiles,
-      plan.key_tile, cpp_bool(fp8), fp8 ? p.scale_block_size : 0, cpp_bool(p.attn_sink), cpp_bool(p.emit_lse),
+      plan.key_tile, cpp_bool(fp8), fp8 ? p.quantization_granularity : 0, cpp_bool(p.attn_sink), cpp_bool(p.emit_lse),
       p.page_size, plan.smem_bytes, plan.threads, plan.head_tiles, plan.threads, sparse_prefill::kSymbolSm80);
 }
 
@@ -65,7 +65,7 @@ std::string sm90_part(const SparsePrefillParams& p, const sparse_prefill::Sm90Pl
       "  mj::sparse_prefill_sm90::run<SparsePrefillSm90>(args);\n"
       "}}\n",
       plan.head_tiles, plan.threads, plan.smem_bytes, p.num_q_heads, p.b_topk, cpp_bool(fp8),
-      fp8 ? p.scale_block_size : 0, cpp_bool(p.attn_sink), cpp_bool(p.emit_lse), p.page_size, plan.num_stages,
+      fp8 ? p.quantization_granularity : 0, cpp_bool(p.attn_sink), cpp_bool(p.emit_lse), p.page_size, plan.num_stages,
       cpp_bool(p.qk_math == QkMath::fp8), cpp_bool(fp8 && p.scale_fmt == ScaleFmt::ue8m0), plan.smem_bytes,
       plan.threads, plan.head_tiles, cpp_bool(plan.persistent), plan.threads, sparse_prefill::kSymbolSm90);
 }
@@ -97,7 +97,7 @@ std::string stage_part(const SparsePrefillParams& p) {
       "extern \"C\" __global__ void __launch_bounds__({}) {}(const SparsePrefillStageArgs args) {{\n"
       "  mj::sparse_prefill_stage::convert_rows<SparsePrefillStage>(args);\n"
       "}}\n",
-      p.page_size, p.scale_block_size, sparse_prefill::kStageThreads, sparse_prefill::kStageThreads,
+      p.page_size, p.quantization_granularity, sparse_prefill::kStageThreads, sparse_prefill::kStageThreads,
       sparse_prefill::kSymbolStageClear, sparse_prefill::kStageThreads, sparse_prefill::kSymbolStageMark,
       sparse_prefill::kStageThreads, sparse_prefill::kSymbolStageConvert);
 }
@@ -134,7 +134,7 @@ KernelSource fp8_math_source(const KernelSpec& spec, const SparsePrefillParams& 
       "{}, scale block {}), attention on FP8 tensor cores (qk_math fp8), out bf16 [T, {}, 512]{}{}\n"
       "// Kernel compiled in this module: the Hopper FP8-math one (qk_math fp8 has no portable kernel).\n"
       "// NVRTC options of this kernel (besides the fixed ones): {}\n",
-      p.num_q_heads, p.page_size, p.scale_block_size, p.num_q_heads, p.emit_lse ? ", lse f32 [T, H]" : "",
+      p.num_q_heads, p.page_size, p.quantization_granularity, p.num_q_heads, p.emit_lse ? ", lse f32 [T, H]" : "",
       p.attn_sink ? ", attention sink" : "", fmt::join(src.nvrtc_options, " "));
   // The host never builds this source for another target (min_arch); this keeps an offline
   // compile of a dump (`mlajit gen --expand` | nvcc) from producing a module that cannot run.
@@ -164,7 +164,8 @@ KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill
   const SparsePrefillParams pa = sparse_prefill::attention_params(p);
   const bool covered = sparse_prefill::sm90_supported(p);
   if (mode == sparse_prefill::Path::sm90 && !covered)
-    throw_invalid("sparse_prefill path sm90: params", spec.name(), "a spec the sm90 kernel covers (num_stages 0 or 2)");
+    throw_invalid("sparse_prefill path sm90: params", spec.name(),
+                  "a spec the sm90 kernel covers (quantization_granularity 0 or >= 16 for an fp8 cache)");
   if (!sparse_prefill::sm80_supported(p)) {
     if (mode == sparse_prefill::Path::sm80)
       throw_invalid("sparse_prefill path sm80: params", spec.name(),
@@ -185,7 +186,7 @@ KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill
       "// sparse_prefill: q bf16 [T, {}, 576], latent cache {} (page {}{}), out bf16 [T, {}, 512]{}{}\n"
       "// Kernel compiled in this module{}: {}.\n",
       p.num_q_heads, dtype_name(p.kv_dtype), p.page_size,
-      p.kv_dtype == DType::fp8_e4m3 ? fmt::format(", scale block {}", p.scale_block_size) : std::string(),
+      p.kv_dtype == DType::fp8_e4m3 ? fmt::format(", scale block {}", p.quantization_granularity) : std::string(),
       p.num_q_heads, p.emit_lse ? ", lse f32 [T, H]" : "", p.attn_sink ? ", attention sink" : "",
       p.kv_staging == KvStaging::bf16 ? " (the selected rows staged as bf16 in the workspace first; the bf16-cache kernel reads them)" : "",
       mode == sparse_prefill::Path::sm80 ? "the portable one (forced)"

@@ -97,13 +97,13 @@ SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, c
   expect_aligned(blocks, 16, "kv.blocks");
 
   const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
-  if (fp8 && p.scale_block_size > 0) {
+  if (fp8 && p.quantization_granularity > 0) {
     expect_tensor(kv.scales, DType::f32, {num_blocks, 1, num_layers, p.page_size, 1, p.scales_per_token()},
                   "kv.scales");
     expect_aligned(kv.scales, 4, "kv.scales");
   } else {
     expect_absent(kv.scales, "kv.scales",
-                  fp8 ? "scale_block_size 0 means unit scales" : "a bf16 cache has no scales");
+                  fp8 ? "quantization_granularity 0 means unit scales" : "a bf16 cache has no scales");
   }
 
   MLAJIT_EXPECT(layer_idx >= 0 && layer_idx < num_layers, "layer_idx", layer_idx,
@@ -150,7 +150,7 @@ SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, c
   SparsePrefillArgs a{};
   a.q = q.data;
   a.kv_blocks = blocks.data;
-  a.kv_scales = fp8 && p.scale_block_size > 0 ? static_cast<const float*>(kv.scales.data) : nullptr;
+  a.kv_scales = fp8 && p.quantization_granularity > 0 ? static_cast<const float*>(kv.scales.data) : nullptr;
   a.indices = static_cast<const unsigned*>(indices.data);
   a.topk_lengths = static_cast<const unsigned*>(topk_lengths.data);
   a.attn_sink = p.attn_sink ? static_cast<const float*>(attn_sink.data) : nullptr;
@@ -187,7 +187,7 @@ StageRows parse_stage_rows(std::string_view name, const std::string& field) {
 }
 
 bool stage_marks_rows(int64_t num_rows, int64_t num_tokens, int64_t indices_stride) {
-  // Costs in bytes at copy bandwidth (H100, notes 39): converting a row moves 1808 bytes (576 +
+  // Costs in bytes at copy bandwidth (measured on an H100): converting a row moves 1808 bytes (576 +
   // scales in, 1152 out); marking costs ~kMarkBytesPerSlot per slot (measured 6-8 ps per slot with
   // 64-row pages: the index load and a shared-memory atomic; each CTA then sets its pages' global
   // flags once), plus the conversion of the marked pages, which is unknown here (at most every
@@ -335,7 +335,8 @@ Path resolve_path(const SparsePrefillParams& p, const std::string& arch, Path re
       if (arch != "sm_90a") throw_invalid("sparse_prefill path sm90: device arch", arch, "sm_90a");
       if (!sm90_supported(p))
         throw_invalid("sparse_prefill path sm90: params", KernelSpec{p}.name(),
-                      "num_stages 0 or 2 (the sm90 kernel has a two-stage K ring)");
+                      "quantization_granularity 0 or >= 16 for an fp8 cache (the sm90 kernel's scale tiles "
+                      "need at least 16 elements per scale)");
       return Path::sm90;
   }
   return Path::sm80;

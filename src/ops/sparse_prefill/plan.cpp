@@ -29,7 +29,7 @@ Sm80Plan sm80_plan(const SparsePrefillParams& spec_params) {
   // Shared memory, region by region, exactly as templates/sparse_prefill/sm80.cuh Config lays it
   // out (the generated source static_asserts the total).
   const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
-  const int sbs = fp8 ? p.scale_block_size : 0;
+  const int sbs = fp8 ? p.quantization_granularity : 0;
   const int spt = sbs > 0 ? 576 / sbs : 0;
   const bool exact_scales = sbs > 0 && sbs % 16 == 0;
   const int kt = plan.key_tile;
@@ -44,16 +44,12 @@ Sm80Plan sm80_plan(const SparsePrefillParams& spec_params) {
   return plan;
 }
 
-// templates/sparse_prefill/sm90.cuh covers every valid spec with a two-stage K ring: heads
-// 16..128 (one or two CTAs per token), b_topk 64 | 128, bf16 or fp8 with any scale block. Other
-// pipeline depths are not valid params (validate() admits only 0 = auto and 2).
-// The Hopper kernel has one pipeline depth, and its scale tiles need scale blocks of at least 16
-// elements (templates/sparse_prefill/sm90.cuh static_asserts this).
+// templates/sparse_prefill/sm90.cuh covers every valid spec (heads 16..128, one or two CTAs per
+// token; bf16, or fp8 with unit scales or a quantization granularity of at least 16 elements, which
+// its scale tiles need: templates/sparse_prefill/sm90.cuh static_asserts this).
 bool sm90_supported(const SparsePrefillParams& spec_params) {
   const SparsePrefillParams p = attention_params(spec_params);  // kv_staging bf16: the bf16 kernel
-  const bool stages_ok = p.num_stages == 0 || p.num_stages == 2;
-  const bool scales_ok = p.kv_dtype != DType::fp8_e4m3 || p.scale_block_size == 0 || p.scale_block_size >= 16;
-  return stages_ok && scales_ok;
+  return p.kv_dtype != DType::fp8_e4m3 || p.quantization_granularity == 0 || p.quantization_granularity >= 16;
 }
 
 bool sm80_supported(const SparsePrefillParams& p) { return p.qk_math != QkMath::fp8; }
@@ -78,7 +74,8 @@ bool persistent_kernel(const SparsePrefillParams& p) { return sm90_supported(p) 
 bool sm90_preferred(const SparsePrefillParams& spec_params) {
   // kv_staging bf16: the bf16 kernel reads the staged copy (its rounding is the staging's).
   const SparsePrefillParams p = attention_params(spec_params);
-  const bool group_scales = p.kv_dtype == DType::fp8_e4m3 && p.scale_block_size > 0 && p.scale_block_size < 576;
+  const bool group_scales =
+      p.kv_dtype == DType::fp8_e4m3 && p.quantization_granularity > 0 && p.quantization_granularity < 576;
   return !group_scales || p.scale_fmt == ScaleFmt::ue8m0;
 }
 
@@ -86,7 +83,7 @@ SparsePrefillParams attention_params(const SparsePrefillParams& p) {
   if (p.kv_staging != KvStaging::bf16) return p;
   SparsePrefillParams a = p;
   a.kv_dtype = DType::bf16;
-  a.scale_block_size = 0;
+  a.quantization_granularity = 0;
   a.scale_fmt = ScaleFmt::fp32;
   a.kv_staging = KvStaging::none;
   return a;
@@ -115,7 +112,7 @@ size_t workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks, const c
 Sm90Plan sm90_plan(const SparsePrefillParams& spec_params) {
   const SparsePrefillParams p = attention_params(spec_params);
   if (!sm90_supported(p))
-    throw_error(ErrorKind::Internal, "sparse_prefill: the sm90 kernel has no num_stages {} variant", p.num_stages);
+    throw_error(ErrorKind::Internal, "sparse_prefill: the sm90 kernel has no variant for {}", KernelSpec{p}.name());
   Sm90Plan plan;
   plan.head_tiles = (p.num_q_heads + 63) / 64;  // Config::kCtasPerToken
   plan.heads_per_cta = p.num_q_heads / plan.head_tiles;

@@ -1,8 +1,8 @@
-// Tuner workload of sparse_prefill (SPEC §3): bf16 queries attending to `topk` keys each, picked at
+// Tuner workload of sparse_prefill (SPEC §3): bf16 queries attending to `top_k` keys each, picked at
 // random from a shuffled paged latent cache with two layers (bf16, or fp8 with positive scales).
 // Outputs are floats whose rounding depends on the tiling, so candidates are accepted when the
 // relative Frobenius error to the default configuration's output is < 1e-2 (out, and lse when
-// emitted; qk_math fp8: < 8e-2, see below) and no value that the default computed as finite is NaN/inf.
+// emitted; qk_math fp8 too, see below) and no value that the default computed as finite is NaN/inf.
 #include <algorithm>
 #include <cmath>
 
@@ -20,10 +20,10 @@ using driver::DeviceBuffer;
 
 constexpr int kLayers = 2;
 constexpr int kLayer = 1;
-// Candidates must agree with each other to this. qk_math fp8 is held to it too: its candidates
-// (b_topk 64 / 128) run the same FP8-math schedule (the kernel streams 64-key blocks either way)
-// and agree bit for bit; a future FP8-math variant that rounds differently would need its own
-// bound here (up to twice ref::fp8_math_bounds, the error of each against the exact result).
+// Candidates must agree with each other to this. The op has no knobs today, so a group holds the
+// default spec alone; qk_math fp8 is held to the same bound, and an FP8-math knob that changed the
+// rounding would need its own bound here (up to twice ref::fp8_math_bounds, the error of each
+// against the exact result).
 constexpr double kMaxRelFrobenius = 1e-2;
 
 // Relative Frobenius error of `got` against `ref`; a non-finite value where ref is finite counts
@@ -52,8 +52,8 @@ class PrefillWorkload : public Workload {
  public:
   PrefillWorkload(const SparsePrefillParams& p, const Shape& s, uint64_t seed) : p_(p), rng_(seed) {
     tokens_ = s.at("tokens");
-    topk_ = s.at("topk");
-    stride_ = (topk_ + 127) / 128 * 128;
+    top_k_ = s.at("top_k");
+    stride_ = (top_k_ + 127) / 128 * 128;
     const int64_t keys = s.at("keys");
     const int H = p.num_q_heads;
 
@@ -80,12 +80,12 @@ class PrefillWorkload : public Workload {
 
     std::vector<uint32_t> idx(static_cast<size_t>(tokens_ * stride_), 0xFFFFFFFFu);
     for (int64_t t = 0; t < tokens_; ++t)
-      for (int64_t j = 0; j < topk_; ++j) {
+      for (int64_t j = 0; j < top_k_; ++j) {
         const uint32_t pos = rng_.below(static_cast<uint32_t>(keys));
         idx[t * stride_ + j] = lut[pos / p.page_size] * p.page_size + pos % p.page_size;
       }
     idx_d_ = data::upload(idx);
-    lens_d_ = data::upload(std::vector<uint32_t>(tokens_, static_cast<uint32_t>(topk_)));
+    lens_d_ = data::upload(std::vector<uint32_t>(tokens_, static_cast<uint32_t>(top_k_)));
     if (p.attn_sink) {
       std::vector<float> sink(H);
       for (auto& x : sink) x = rng_.uniform(-1.0f, 1.0f);
@@ -162,17 +162,17 @@ class PrefillWorkload : public Workload {
   double bytes_moved() const override {
     const int H = p_.num_q_heads;
     return static_cast<double>(tokens_) *
-           (H * p_.qk_depth * 2.0 + topk_ * (p_.qk_depth * static_cast<double>(dtype_size(p_.kv_dtype)) + 4) +
+           (H * p_.qk_depth * 2.0 + top_k_ * (p_.qk_depth * static_cast<double>(dtype_size(p_.kv_dtype)) + 4) +
             H * p_.v_depth * 2.0);
   }
   double flops() const override {
-    return 2.0 * static_cast<double>(tokens_) * topk_ * p_.num_q_heads * (p_.qk_depth + p_.v_depth);
+    return 2.0 * static_cast<double>(tokens_) * top_k_ * p_.num_q_heads * (p_.qk_depth + p_.v_depth);
   }
 
  private:
   SparsePrefillParams p_;
   data::Rng rng_;
-  int64_t tokens_ = 0, topk_ = 0, stride_ = 0, pages_ = 0, num_blocks_ = 0;
+  int64_t tokens_ = 0, top_k_ = 0, stride_ = 0, pages_ = 0, num_blocks_ = 0;
   DeviceBuffer q_, lut_d_, lengths_d_, kv_, scales_d_, idx_d_, lens_d_, sink_d_, out_, lse_, workspace_;
 };
 
