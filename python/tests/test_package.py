@@ -46,6 +46,11 @@ def test_precompile_rejects_bad_arch_and_writes_nothing(tmp_path):
         mlajit.precompile(INDEX_REMAP, arch="sm_12")
 
 
+def test_renamed_param_names_its_replacement():
+    with pytest.raises(mlajit.InvalidArgumentError, match=r'"scale_block_size" is now "quantization_granularity"'):
+        mlajit.Op({"op": "sparse_prefill", "params": {"kv_dtype": "fp8_e4m3", "scale_block_size": 576}})
+
+
 FP8_MATH = {"op": "sparse_prefill", "params": {"kv_dtype": "fp8_e4m3", "quantization_granularity": 576, "qk_math": "fp8"}}
 
 

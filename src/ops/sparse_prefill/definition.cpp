@@ -24,6 +24,8 @@ void SparsePrefillParams::validate() const {
                 num_q_heads, "a multiple of 16 in [16, 128]");
   MLAJIT_EXPECT(qk_depth == 576, "params.qk_depth", qk_depth, "576");
   MLAJIT_EXPECT(v_depth == 512, "params.v_depth", v_depth, "512");
+  // b_topk is not a knob: no kernel reads it (the Hopper kernels take 64 keys per pipeline step), and the
+  // indices' row stride must be a multiple of it (op.cpp).
   MLAJIT_EXPECT(b_topk == 64, "params.b_topk", b_topk,
                 "64 (the keys each pipeline step of the kernels processes, fixed at 64)");
   check_page_size(page_size, "params.page_size");
