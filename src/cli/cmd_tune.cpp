@@ -41,7 +41,7 @@ void print_help() {
       "usage: mlajit tune CONFIG.json [--shape K=V,...] [--jobs N] [--reps R] [--warmup W] [--json] [--csv F]\n"
       "                   [--cache-dir D] [--arch A] [--devices I,J] [--force] [--compile-only]\n\n"
       "Expands every config entry's \"sweep\" (an entry without one gets its op's default knob space: threads\n"
-      "{64,128,256,512} for the kv ops, num_stages for mla_indexer, b_topk for sparse_prefill),\n"
+      "{64,128,256,512} for the kv ops, num_stages for mla_indexer; sparse_prefill has no knobs),\n"
       "compiles all candidates in parallel (--jobs, default: all cores), then on every visible GPU checks each\n"
       "candidate's output against the default configuration's and times it (--warmup launches, then --reps\n"
       "repetitions with CUDA events, L2 flushed before each; median, min, max). The fastest correct candidate\n"
