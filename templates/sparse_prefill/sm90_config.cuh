@@ -61,8 +61,8 @@ struct Config {
   static constexpr bool kRowScale = KV_FP8 && QUANT_GRANULARITY == kQkDim;                   // folded into scores/P
   static constexpr bool kGroupScale = KV_FP8 && QUANT_GRANULARITY != 0 && QUANT_GRANULARITY != kQkDim;  // multiplied in tile
   static constexpr bool kPow2Scales = kGroupScale && POW2_SCALES;  // scale_fmt ue8m0: one exact multiply
-  // Power-of-two group scales on f16 tiles: each row is decoded as e4m3 x
-  // 2^(e_g - R) with a per-row power of two 2^R folded into the scores and P like a per-row scale;
+  // Power-of-two group scales on f16 tiles: each row is decoded as e4m3 x 2^(e_g - R) with a
+  // per-row power of two 2^R folded into the scores and P like a per-row scale;
   // exact while the row's group exponents fit f16's range around R (Fp8Producer::finish_row_scales).
   // Widths that are multiples of 64 keep a 64-dim tile inside one group (every lane of a row takes
   // the same multiplier per tile). Taken for 192 (3 scales per row): -7.9 % cycles at 32K against
@@ -85,7 +85,7 @@ struct Config {
   static constexpr int kPageSize = PAGE_SIZE;
   // The producer fills the stages with cp.async only (no register path): bf16 rows, FP8 math.
   static constexpr bool kStageByCpAsync = !KV_FP8 || FP8_MATH;
-  // Persistent (bf16 cache): a CTA walks items with the grid's stride (header, Design); the host
+  // Persistent (bf16 cache): a CTA walks items with the grid's stride (sm90.cuh, Design); the host
   // launches min(items, SMs) CTAs (plan.hpp: Sm90Plan::persistent); one CTA per item also works.
   static constexpr bool kPersistent = !KV_FP8;
 
@@ -127,7 +127,7 @@ struct Smem {
   u32 empty[2][2];  // [stage][half]: readers done
   // WG1 -> WG0 hand-offs of generic shared-memory data go through mbarriers, whose arrive / wait
   // compute-sanitizer racecheck models exactly; a named-barrier bar.arrive -> bar.sync hand-off of
-  // the same data (PTX-ordered) was reported as a RAW hazard (compute-sanitizer racecheck).
+  // the same data (PTX-ordered) was reported as a RAW hazard.
   u32 max1_ready;    // WG1's step max in `max`: one arrival per writing lane (32 per step)
   u32 rowsum_ready;  // both warpgroups' row sums in `rowsum`, their wgmma done, Q space free (256, once;
                      // persistent: once per item, and the Q space may already hold the next item)

@@ -72,25 +72,28 @@ MJ_DEVICE void issue_pv_ss(float (&o)[128], u64 dp, u64 dv) {
   }
 }
 
-// Scaled, masked scores in the exp2 domain; returns the thread's row maxima (quad-reduced).
-template <class C>
-MJ_DEVICE void scale_mask_scores(float (&p)[32], const Smem& s, int stage, const Lane& ln, float mult, float& mx0,
-                                 float& mx1) {
+// Scaled, masked scores in the exp2 domain; returns the thread's row maxima (quad-reduced). `bias`
+// and `colscale`: the block's 64 per-key entries; mult0 / mult1: the score multipliers of rows r0 /
+// r1 (one value in the 16-bit kernels, times the per-head query scale with FP8 math); COL_SCALE:
+// each key's multiplier also takes its colscale entry. Shared by the 16-bit and the FP8-math kernels.
+template <bool COL_SCALE>
+MJ_DEVICE void scale_mask_scores(float (&p)[32], const float* bias, const float* colscale, const Lane& ln, float mult0,
+                                 float mult1, float& mx0, float& mx1) {
   mx0 = neg_inf();
   mx1 = neg_inf();
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int col = 8 * j + 2 * ln.tig;
-    const float b0 = s.bias[stage * 64 + col], b1 = s.bias[stage * 64 + col + 1];
-    float m0 = mult, m1 = mult;
-    if constexpr (C::kColScale) {
-      m0 *= s.colscale[stage * 64 + col];
-      m1 *= s.colscale[stage * 64 + col + 1];
+    const float b0 = bias[col], b1 = bias[col + 1];
+    float k0 = 1.0f, k1 = 1.0f;
+    if constexpr (COL_SCALE) {
+      k0 = colscale[col];
+      k1 = colscale[col + 1];
     }
-    p[4 * j + 0] = __fmaf_rn(p[4 * j + 0], m0, b0);
-    p[4 * j + 1] = __fmaf_rn(p[4 * j + 1], m1, b1);
-    p[4 * j + 2] = __fmaf_rn(p[4 * j + 2], m0, b0);
-    p[4 * j + 3] = __fmaf_rn(p[4 * j + 3], m1, b1);
+    p[4 * j + 0] = __fmaf_rn(p[4 * j + 0], mult0 * k0, b0);
+    p[4 * j + 1] = __fmaf_rn(p[4 * j + 1], mult0 * k1, b1);
+    p[4 * j + 2] = __fmaf_rn(p[4 * j + 2], mult1 * k0, b0);
+    p[4 * j + 3] = __fmaf_rn(p[4 * j + 3], mult1 * k1, b1);
     mx0 = fmaxf(mx0, fmaxf(p[4 * j + 0], p[4 * j + 1]));
     mx1 = fmaxf(mx1, fmaxf(p[4 * j + 2], p[4 * j + 3]));
   }
@@ -435,7 +438,7 @@ MJ_DEVICE void consume_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane
       if (step == steps - 1) sm90::mbar_arrive(s.q_free);
     }
     float mx0, mx1;
-    scale_mask_scores<C>(p, s, 0, ln, mult, mx0, mx1);
+    scale_mask_scores<C::kColScale>(p, s.bias, s.colscale, ln, mult, mult, mx0, mx1);
     const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
     const float alpha0 = fast_exp2(m0 - n0), alpha1 = fast_exp2(m1 - n1);
     scale_rows(o, alpha0, alpha1);
@@ -533,7 +536,7 @@ MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane
     }
 
     float mx0, mx1;
-    scale_mask_scores<C>(p, s, 1, ln, mult, mx0, mx1);
+    scale_mask_scores<C::kColScale>(p, s.bias + 64, s.colscale + 64, ln, mult, mult, mx0, mx1);
     sm90::named_bar_sync(kBarWg0Max, 256);
     const float n0 = fmaxf(s.max[ln.r0], mx0), n1 = fmaxf(s.max[ln.r1], mx1);
     const float alpha0 = fast_exp2(m0 - n0), alpha1 = fast_exp2(m1 - n1);

@@ -321,34 +321,6 @@ MJ_DEVICE void issue_pv_e4m3_ss(float (&o)[128], u64 dp, u64 dvt) {
   }
 }
 
-// S'' = S log2(e) + log2(sk) (masked: -inf), in place; returns the thread's row maxima (quad-reduced).
-template <class C>
-MJ_DEVICE void scale_mask_scores_f8(float (&p)[32], const SmemF8& s, u32 parity, int stage, const Lane& ln, float rm0,
-                                    float rm1, float& mx0, float& mx1) {
-  mx0 = neg_inf();
-  mx1 = neg_inf();
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int i = key_slot(parity, stage, 8 * j + 2 * ln.tig);
-    const float b0 = s.bias[i], b1 = s.bias[i + 1];
-    float k0 = 1.0f, k1 = 1.0f;
-    if constexpr (C::kRowScale) {
-      k0 = s.colscale[i];
-      k1 = s.colscale[i + 1];
-    }
-    p[4 * j + 0] = __fmaf_rn(p[4 * j + 0], rm0 * k0, b0);
-    p[4 * j + 1] = __fmaf_rn(p[4 * j + 1], rm0 * k1, b1);
-    p[4 * j + 2] = __fmaf_rn(p[4 * j + 2], rm1 * k0, b0);
-    p[4 * j + 3] = __fmaf_rn(p[4 * j + 3], rm1 * k1, b1);
-    mx0 = fmaxf(mx0, fmaxf(p[4 * j + 0], p[4 * j + 1]));
-    mx1 = fmaxf(mx1, fmaxf(p[4 * j + 2], p[4 * j + 3]));
-  }
-  mx0 = fmaxf(mx0, __shfl_xor_sync(0xFFFFFFFFu, mx0, 1));
-  mx0 = fmaxf(mx0, __shfl_xor_sync(0xFFFFFFFFu, mx0, 2));
-  mx1 = fmaxf(mx1, __shfl_xor_sync(0xFFFFFFFFu, mx1, 1));
-  mx1 = fmaxf(mx1, __shfl_xor_sync(0xFFFFFFFFu, mx1, 2));
-}
-
 // p <- exp2(p - max); the row sums get exp2(p - max) / sk (the probabilities without the key scale).
 template <class C>
 MJ_DEVICE void exponentiate_f8(float (&p)[32], const SmemF8& s, u32 parity, int stage, const Lane& ln, float m0, float m1,
@@ -434,7 +406,9 @@ MJ_DEVICE void consume_wg0_f8(const SparsePrefillArgs& a, const SmemF8& s, const
   for (int step = 0; step < steps; ++step) {
     const u32 parity = static_cast<u32>(step) & 1u;
     float mx0, mx1;
-    scale_mask_scores_f8<C>(p, s, parity, 0, ln, rm0, rm1, mx0, mx1);
+    // S'' = S log2(e) + log2(sk) (masked: -inf), in place.
+    scale_mask_scores<C::kRowScale>(p, s.bias + key_slot(parity, 0, 0), s.colscale + key_slot(parity, 0, 0), ln, rm0, rm1,
+                                    mx0, mx1);
     const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
     const float alpha0 = fast_exp2(m0 - n0), alpha1 = fast_exp2(m1 - n1);
     scale_rows(o, alpha0, alpha1);
@@ -536,7 +510,9 @@ MJ_DEVICE void consume_wg1_f8(const SparsePrefillArgs& a, const SmemF8& s, const
   for (int step = 0; step < steps; ++step) {
     const u32 parity = static_cast<u32>(step) & 1u;
     float mx0, mx1;
-    scale_mask_scores_f8<C>(p, s, parity, 1, ln, rm0, rm1, mx0, mx1);
+    // S'' = S log2(e) + log2(sk) (masked: -inf), in place.
+    scale_mask_scores<C::kRowScale>(p, s.bias + key_slot(parity, 1, 0), s.colscale + key_slot(parity, 1, 0), ln, rm0, rm1,
+                                    mx0, mx1);
     sm90::named_bar_sync(kBarWg0Max, 256);  // WG0's max; also orders every WG1 warp's V^T of stage 1
     const float n0 = fmaxf(s.max[ln.r0], mx0), n1 = fmaxf(s.max[ln.r1], mx1);
     const float alpha0 = fast_exp2(m0 - n0), alpha1 = fast_exp2(m1 - n1);

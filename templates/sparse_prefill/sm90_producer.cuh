@@ -58,17 +58,6 @@ MJ_DEVICE u32 e4m3_pair_to_bf16x2_biased(u32 word, u32 sel) {
   const u32 t = prmt(word, 0u, sel);
   return (t & 0x80008000u) | ((t >> 4) & 0x07F007F0u);
 }
-// Two e4m3 values (the low / high byte of `pair`) to f16x2, exactly (f16 covers e4m3's range and
-// precision; the NaN codes 0x7F / 0xFF become f16 NaN).
-MJ_DEVICE u32 e4m3x2_to_f16x2(u32 word, bool high) {
-  u32 r;
-  if (high) {
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(r) : "r"(word));
-  } else {
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(r) : "r"(word));
-  }
-  return r;
-}
 
 // ---- producer: the persistent kernel's query tile ----------------------------------------------------
 // The item's 64 query rows (72 KB, rows past kHeadsPerCta zero-filled) by cp.async, 16 bytes per lane
