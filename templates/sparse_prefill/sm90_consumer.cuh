@@ -72,23 +72,24 @@ MJ_DEVICE void issue_pv_ss(float (&o)[128], u64 dp, u64 dv) {
   }
 }
 
-// Scaled, masked scores in the exp2 domain; returns the thread's row maxima (quad-reduced). `bias`
-// and `colscale`: the block's 64 per-key entries; mult0 / mult1: the score multipliers of rows r0 /
-// r1 (one value in the 16-bit kernels, times the per-head query scale with FP8 math); COL_SCALE:
-// each key's multiplier also takes its colscale entry. Shared by the 16-bit and the FP8-math kernels.
+// Scaled, masked scores in the exp2 domain; returns the thread's row maxima (quad-reduced). The
+// block's 64 per-key entries are bias[key0 + k] / colscale[key0 + k]; mult0 / mult1: the score
+// multipliers of rows r0 / r1 (one value in the 16-bit kernels, times the per-head query scale with
+// FP8 math); COL_SCALE: each key's multiplier also takes its colscale entry. Shared by the 16-bit and
+// the FP8-math kernels.
 template <bool COL_SCALE>
-MJ_DEVICE void scale_mask_scores(float (&p)[32], const float* bias, const float* colscale, const Lane& ln, float mult0,
-                                 float mult1, float& mx0, float& mx1) {
+MJ_DEVICE void scale_mask_scores(float (&p)[32], const float* bias, const float* colscale, int key0, const Lane& ln,
+                                 float mult0, float mult1, float& mx0, float& mx1) {
   mx0 = neg_inf();
   mx1 = neg_inf();
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const int col = 8 * j + 2 * ln.tig;
-    const float b0 = bias[col], b1 = bias[col + 1];
+    const int i = key0 + 8 * j + 2 * ln.tig;
+    const float b0 = bias[i], b1 = bias[i + 1];
     float k0 = 1.0f, k1 = 1.0f;
     if constexpr (COL_SCALE) {
-      k0 = colscale[col];
-      k1 = colscale[col + 1];
+      k0 = colscale[i];
+      k1 = colscale[i + 1];
     }
     p[4 * j + 0] = __fmaf_rn(p[4 * j + 0], mult0 * k0, b0);
     p[4 * j + 1] = __fmaf_rn(p[4 * j + 1], mult0 * k1, b1);
@@ -438,7 +439,7 @@ MJ_DEVICE void consume_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane
       if (step == steps - 1) sm90::mbar_arrive(s.q_free);
     }
     float mx0, mx1;
-    scale_mask_scores<C::kColScale>(p, s.bias, s.colscale, ln, mult, mult, mx0, mx1);
+    scale_mask_scores<C::kColScale>(p, s.bias, s.colscale, 0 * 64, ln, mult, mult, mx0, mx1);
     const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
     const float alpha0 = fast_exp2(m0 - n0), alpha1 = fast_exp2(m1 - n1);
     scale_rows(o, alpha0, alpha1);
@@ -536,7 +537,7 @@ MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane
     }
 
     float mx0, mx1;
-    scale_mask_scores<C::kColScale>(p, s.bias + 64, s.colscale + 64, ln, mult, mult, mx0, mx1);
+    scale_mask_scores<C::kColScale>(p, s.bias, s.colscale, 1 * 64, ln, mult, mult, mx0, mx1);
     sm90::named_bar_sync(kBarWg0Max, 256);
     const float n0 = fmaxf(s.max[ln.r0], mx0), n1 = fmaxf(s.max[ln.r1], mx1);
     const float alpha0 = fast_exp2(m0 - n0), alpha1 = fast_exp2(m1 - n1);

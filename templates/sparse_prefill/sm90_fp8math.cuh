@@ -407,8 +407,7 @@ MJ_DEVICE void consume_wg0_f8(const SparsePrefillArgs& a, const SmemF8& s, const
     const u32 parity = static_cast<u32>(step) & 1u;
     float mx0, mx1;
     // S'' = S log2(e) + log2(sk) (masked: -inf), in place.
-    scale_mask_scores<C::kRowScale>(p, s.bias + key_slot(parity, 0, 0), s.colscale + key_slot(parity, 0, 0), ln, rm0, rm1,
-                                    mx0, mx1);
+    scale_mask_scores<C::kRowScale>(p, s.bias, s.colscale, key_slot(parity, 0, 0), ln, rm0, rm1, mx0, mx1);
     const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
     const float alpha0 = fast_exp2(m0 - n0), alpha1 = fast_exp2(m1 - n1);
     scale_rows(o, alpha0, alpha1);
@@ -511,8 +510,7 @@ MJ_DEVICE void consume_wg1_f8(const SparsePrefillArgs& a, const SmemF8& s, const
     const u32 parity = static_cast<u32>(step) & 1u;
     float mx0, mx1;
     // S'' = S log2(e) + log2(sk) (masked: -inf), in place.
-    scale_mask_scores<C::kRowScale>(p, s.bias + key_slot(parity, 1, 0), s.colscale + key_slot(parity, 1, 0), ln, rm0, rm1,
-                                    mx0, mx1);
+    scale_mask_scores<C::kRowScale>(p, s.bias, s.colscale, key_slot(parity, 1, 0), ln, rm0, rm1, mx0, mx1);
     sm90::named_bar_sync(kBarWg0Max, 256);  // WG0's max; also orders every WG1 warp's V^T of stage 1
     const float n0 = fmaxf(s.max[ln.r0], mx0), n1 = fmaxf(s.max[ln.r1], mx1);
     const float alpha0 = fast_exp2(m0 - n0), alpha1 = fast_exp2(m1 - n1);
