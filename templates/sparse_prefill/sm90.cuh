@@ -34,6 +34,11 @@
 //               slower (their decode spills). Smaller widths: the portable kernel. Must be 0 for bf16.
 //   ATTN_SINK   reads args.attn_sink[H]; EMIT_LSE writes args.lse[T, H].
 //   PAGE_SIZE   page size of the encoded indices (tma_row arithmetic), >= 1.
+// Keys per step (the host's b_topk, 64): the kernel streams 64-key blocks, two per loop step (one
+//   per consumer warpgroup); it never reads an index at or past topk_lengths[t], so it does not
+//   depend on indices_stride being a multiple of anything. A 128-key stage does not fit: two
+//   128 x 576 bf16 stages (288 KiB) plus the 72 KiB query tile exceed the 227 KiB of shared memory,
+//   and a 64 x 128 f32 score tile would push a consumer past 255 registers.
 //   FP8_MATH    params qk_math fp8: Q K^T and P V on e4m3 wgmma with Q quantised
 //               per head; needs KV_FP8 and QUANT_GRANULARITY 0 or 576; a shared-memory layout of its own.
 //               The body is sparse_prefill/sm90_fp8math.cuh (its header says what differs).
@@ -105,7 +110,7 @@
 // by wgmma through the async proxy; each consumer fences after acquiring a full barrier (a
 // producer-side fence would be a MEMBAR that waits for the producer's in-flight loads): the full
 // fence after st.shared stages, the acquire form (no instruction on sm_90a) after cp.async ones
-// (wait_full says why).
+// (sm90_consumer.cuh, wait_stage_bar says why).
 // L2: gathered rows evict-last (re-read by other tokens' CTAs), Q evict-first, output streaming.
 //
 // ---- Files ----------------------------------------------------------------------------------------

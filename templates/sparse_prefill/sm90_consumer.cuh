@@ -182,7 +182,7 @@ MJ_DEVICE void store_p(u32 tile, const u32 (&ps)[16], const Lane& ln, int lane) 
   }
 }
 
-// The fp8 tile holds K * 2^-64 (see the header); scores and output multiply it back.
+// The fp8 tile holds K * 2^-64 (sm90.cuh, Design); scores and output multiply it back.
 template <class C>
 MJ_DEVICE float tile_unscale() {
   return C::kFp8 && !C::kF16 ? kTwoPow64 : 1.0f;

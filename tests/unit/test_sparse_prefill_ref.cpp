@@ -414,8 +414,8 @@ TEST_CASE("sparse_prefill qk_math fp8 codegen: the Hopper FP8-math kernel only, 
         CHECK(a.code.find(fmt::format("kSmemBytes == {}", f8_smem)) != std::string::npos);
         const auto plan = sparse_prefill::sm90_plan(p);
         CHECK(plan.smem_bytes == f8_smem);
-        CHECK(plan.threads == 384);
-        CHECK(plan.head_tiles == (heads + 63) / 64);
+        CHECK(plan.threads == mj::sparse_prefill_layout::kHopperThreads);
+        CHECK(plan.head_tiles == mj::sparse_prefill_layout::hopper_ctas_per_token(heads));
         CHECK(a.code.find(fmt::format("kCtasPerToken == {} && SparsePrefillSm90::kPersistent == false",
                                       plan.head_tiles)) != std::string::npos);
         // Both entries, in the usual order: the portable one is a trapping guard.
@@ -423,7 +423,7 @@ TEST_CASE("sparse_prefill qk_math fp8 codegen: the Hopper FP8-math kernel only, 
         CHECK(a.entries[sparse_prefill::kEntryPortable].symbol == sparse_prefill::kSymbolPortable);
         CHECK(a.entries[sparse_prefill::kEntryPortable].smem_bytes == 0u);
         CHECK(a.entries[sparse_prefill::kEntrySm90].symbol == sparse_prefill::kSymbolSm90);
-        CHECK(a.entries[sparse_prefill::kEntrySm90].threads == 384u);
+        CHECK(a.entries[sparse_prefill::kEntrySm90].threads == static_cast<unsigned>(mj::sparse_prefill_layout::kHopperThreads));
         CHECK(a.entries[sparse_prefill::kEntrySm90].smem_bytes == static_cast<unsigned>(f8_smem));
         CHECK(a.code.find("__trap()") != std::string::npos);
         // Its own ptxas setting, named in the source header too.

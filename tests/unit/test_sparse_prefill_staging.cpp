@@ -114,7 +114,7 @@ TEST_CASE("sparse_prefill kv_staging: the workspace contract (no GPU needed)") {
   CHECK(need == static_cast<size_t>(NB * P) * 1152 + 16);  // a flag byte per page, rounded up to 16
   CHECK(sparse_prefill::staged_bytes(p, 3) == 3 * 64 * 1152 + 16);
   CHECK(sparse_prefill::staged_bytes(p, 17) == 17 * 64 * 1152 + 32);
-  constexpr size_t kSlots = 256 * 64 * 514 * 4;
+  constexpr size_t kSlots = sparse_prefill::kMaxSplitSlots * mj::sparse_prefill_layout::kPartialSlotBytes;
   CHECK(sparse_prefill::partials_offset(p, NB) == (need + 255) / 256 * 256);
   CHECK(ops::sparse_prefill_workspace_bytes(p, NB) == (need + 255) / 256 * 256 + kSlots);
   SparsePrefillParams odd = p;
