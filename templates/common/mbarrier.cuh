@@ -48,23 +48,9 @@ MJ_DEVICE bool mbar_try_wait(u32 bar, u32 parity) {
   return done != 0;
 }
 
-// MJ_MBAR_WAIT_LIMIT (diagnostic builds only, never set by the library): after that many failed
-// tries the waiting warp reports the barrier and traps, turning a deadlock into an error that
-// names the stuck barrier.
 MJ_DEVICE void mbar_wait(u32 bar, u32 parity) {
-#ifdef MJ_MBAR_WAIT_LIMIT
-  for (long long tries = 0; !mbar_try_wait(bar, parity); ++tries) {
-    if (tries == (long long)(MJ_MBAR_WAIT_LIMIT)) {
-      if ((threadIdx.x & 31) == 0)
-        printf("mbar_wait stuck: block %d thread %d barrier smem+0x%x parity %u\n", (int)blockIdx.x, (int)threadIdx.x,
-               bar & 0xFFFu, parity);
-      __trap();
-    }
-  }
-#else
   while (!mbar_try_wait(bar, parity)) {
   }
-#endif
 }
 
 }  // namespace sm90

@@ -42,18 +42,9 @@ MJ_DEVICE void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared
 // there at all; fence.proxy.async.shared::cta costs a MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S per wait.
 // Not enough for plain st.shared / stmatrix data of other threads released by mbarrier.arrive:
 // those need fence_proxy_async_smem (the prefill's fp8-decoding producer read stale tiles with this
-// one, notes 35 of docs/notes/sparse_prefill_sm90.md).
-// -DMJ_SM90_FULL_PROXY_FENCE=1 (e.g. through MLAJIT_NVRTC_EXTRA_OPTIONS, part of the cache key)
-// puts the bidirectional fence back, to measure the difference.
-#ifndef MJ_SM90_FULL_PROXY_FENCE
-#define MJ_SM90_FULL_PROXY_FENCE 0
-#endif
+// one).
 MJ_DEVICE void fence_proxy_async_acquire_smem() {
-#if MJ_SM90_FULL_PROXY_FENCE
-  fence_proxy_async_smem();
-#else
   asm volatile("fence.proxy.async::generic.acquire.sync_restrict::shared::cluster.cluster;\n" ::: "memory");
-#endif
 }
 
 }  // namespace sm90

@@ -10,7 +10,7 @@
 struct SparsePrefillArgs {
   const void* q;                // bf16 [num_tokens, H, 576]
   const void* kv_blocks;        // bf16 | fp8_e4m3 paged latent cache (num_heads 1, head_size 576)
-  const float* kv_scales;       // fp8 with scale_block_size > 0: f32 per row; else null
+  const float* kv_scales;       // fp8 with quantization granularity > 0: f32 per row; else null
   const unsigned* indices;      // u32 [num_tokens, indices_stride] encoded indices
   const unsigned* topk_lengths; // u32 [num_tokens]
   const float* attn_sink;       // f32 [H] if attn_sink, else null
@@ -42,7 +42,7 @@ struct SparsePrefillStageArgs {
   const unsigned* indices;      // u32 [num_tokens, indices_stride] encoded indices
   const unsigned* topk_lengths; // u32 [num_tokens]
   const void* kv_blocks;        // fp8_e4m3 paged latent cache
-  const float* kv_scales;       // f32 per row (scale_block_size > 0), else null
+  const float* kv_scales;       // f32 per row (quantization granularity > 0), else null
   unsigned char* page_flags;    // u8 [num_blocks] (16-byte aligned): pages to convert; null = every row
   void* rows;                   // bf16 [num_rows, 576]: the staged copy
   long long num_tokens;

@@ -1,9 +1,11 @@
 #pragma once
 // FP8-math variant of the Hopper sparse prefill (params qk_math fp8 -> Config<..., FP8_MATH = true>).
-// Included by sparse_prefill/sm90.cuh (it uses that file's Config, Smem, Lane, finish); not standalone.
+// Built on the 16-bit kernel's pieces (sm90_config.cuh: Config, Smem, Lane; sm90_producer.cuh: row
+// resolution; sm90_consumer.cuh: the epilogue; sm90_persistent.cuh: the CTA's item); sm90.cuh's run()
+// dispatches to run_fp8math for Config<..., FP8_MATH = true>.
 //
 // ---- What changes against the 16-bit kernel -------------------------------------------------------
-// Numerics (opt-in, off by default; accuracy vs the f64 reference in docs/notes/sparse_prefill_sm90.md):
+// Numerics (opt-in, off by default; accuracy against the f64 reference in docs/SPEC.md):
 //   - Q is quantised per (token, head) to e4m3 with scale sq = amax|q| / 448 (round to nearest,
 //     saturating); K stays the cache's e4m3 bytes. S = sm_scale * sq * sk * (q8 . k8) in f32, sk the
 //     key's per-row scale (1 for unit scales).
@@ -37,7 +39,7 @@
 // exponentiating (instead of after packing P) measured 2-4% slower, here and in the 16-bit kernel.
 // Accumulation: Hopper's e4m3 wgmma keeps fewer than f32's bits in long accumulation chains (K 576
 // here, no promotion to CUDA-core f32 as DeepGEMM does every 128), part of the mode's lse error.
-// Shared memory (189520 bytes): misc | Q e4m3 (36 KB) | K stage 0 / 1 (36 KB each) | V^T WG0 / WG1
+// Shared memory (sparse_prefill/layout.h, hopper_layout(fp8_math = true)): misc | Q e4m3 (36 KB) | K stage 0 / 1 (36 KB each) | V^T WG0 / WG1
 // (32 KB each: slot b holds 256 dims x 64 keys of stage b) | P0 | P1 (4 KB each). The epilogue stages
 // the bf16 output in the V^T region (64 KB).
 //
@@ -48,20 +50,23 @@
 // registers 8 u + {0, 1, 4, 5} (row r0) and 8 u + {2, 3, 6, 7} (row r1). ldmatrix.trans of two 8-key
 // matrices yields exactly this order for V^T (transpose_v).
 
+#include "sparse_prefill/sm90_config.cuh"
+#include "sparse_prefill/sm90_producer.cuh"
+#include "sparse_prefill/sm90_consumer.cuh"
+#include "sparse_prefill/sm90_persistent.cuh"
+
 namespace mj {
 namespace sparse_prefill_sm90 {
 
-constexpr int kF8TileBytes = 64 * 64;                    // 64 rows x 64 e4m3, 64-byte swizzle
-constexpr int kF8BlockBytes = kQkTiles * kF8TileBytes;    // 36864: one 64-key block, also Q
-constexpr int kVtSlotBytes = 256 * 64;                    // 16384: V^T of one block, 256 dims x 64 keys
+using sparse_prefill_layout::kF8TileBytes;   // 64 rows x 64 e4m3, 64-byte swizzle
+using sparse_prefill_layout::kF8BlockBytes;  // one 64-key block, also Q
+using sparse_prefill_layout::kVtSlotBytes;   // V^T of one block, 256 dims x 64 keys
 constexpr u32 kBarVt0 = 7;                                // WG0 internal: its V^T slot 0 written
 constexpr float kPScale = 256.0f;                         // P is encoded as 256 P in e4m3 (max 448)
 // transpose_v loads this many (tile, 32-dim half) pieces before storing any: the ldmatrix /
 // stmatrix asm are ordered (memory clobbers), so one at a time exposed each load's latency. 2 is
-// fastest (notes 34; 4 spills).
-#ifndef MJ_SP90_F8_VT_BATCH
-#define MJ_SP90_F8_VT_BATCH 2
-#endif
+// fastest (4 spills).
+constexpr int kVtBatch = 2;
 
 // The 16-bit kernel's Smem (barriers, per-key arrays, q / k / p1) plus what only FP8 math has.
 struct SmemF8 : Smem {
@@ -148,10 +153,10 @@ MJ_DEVICE void produce_fp8_raw(const SparsePrefillArgs& a, const SmemF8& s, i64 
           const int i = key_slot(parity, b, g + 32 * k);
           const bool valid = rows[b][k] != kNoRow;
           if constexpr (C::kRowScale) {
-            const float lsk = fmaxf(lg2(sc[b][k]), -64.0f);  // lg2(0) = -inf: zero scales clamp
+            const float lsk = fmaxf(fast_log2(sc[b][k]), -64.0f);  // fast_log2(0) = -inf: zero scales clamp
             s.bias[i] = valid ? lsk : neg_inf();
             s.colscale[i] = sc[b][k];
-            s.invscale[i] = valid ? ex2(-lsk) : 0.0f;
+            s.invscale[i] = valid ? fast_exp2(-lsk) : 0.0f;
           } else {
             s.bias[i] = valid ? 0.0f : neg_inf();
           }
@@ -265,7 +270,7 @@ MJ_DEVICE void transpose_v(u32 raw, u32 slot, int wg, int w, int lane) {
   // and r + 8 of a matrix on one bank group (2-way conflicts on every stmatrix, ncu). P V's output
   // columns come out in the same order; finish<C, true> puts them back.
   const u32 dim_off = 8u * j + i8;                                              // stmatrix row - 32-dim base
-  constexpr int kBatch = MJ_SP90_F8_VT_BATCH;
+  constexpr int kBatch = kVtBatch;
 #pragma unroll
   for (int p0 = 0; p0 < 8; p0 += kBatch) {
     u32 r[kBatch][4];
@@ -316,34 +321,6 @@ MJ_DEVICE void issue_pv_e4m3_ss(float (&o)[128], u64 dp, u64 dvt) {
   }
 }
 
-// S'' = S log2(e) + log2(sk) (masked: -inf), in place; returns the thread's row maxima (quad-reduced).
-template <class C>
-MJ_DEVICE void scale_mask_scores_f8(float (&p)[32], const SmemF8& s, u32 parity, int stage, const Lane& ln, float rm0,
-                                    float rm1, float& mx0, float& mx1) {
-  mx0 = neg_inf();
-  mx1 = neg_inf();
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int i = key_slot(parity, stage, 8 * j + 2 * ln.tig);
-    const float b0 = s.bias[i], b1 = s.bias[i + 1];
-    float k0 = 1.0f, k1 = 1.0f;
-    if constexpr (C::kRowScale) {
-      k0 = s.colscale[i];
-      k1 = s.colscale[i + 1];
-    }
-    p[4 * j + 0] = __fmaf_rn(p[4 * j + 0], rm0 * k0, b0);
-    p[4 * j + 1] = __fmaf_rn(p[4 * j + 1], rm0 * k1, b1);
-    p[4 * j + 2] = __fmaf_rn(p[4 * j + 2], rm1 * k0, b0);
-    p[4 * j + 3] = __fmaf_rn(p[4 * j + 3], rm1 * k1, b1);
-    mx0 = fmaxf(mx0, fmaxf(p[4 * j + 0], p[4 * j + 1]));
-    mx1 = fmaxf(mx1, fmaxf(p[4 * j + 2], p[4 * j + 3]));
-  }
-  mx0 = fmaxf(mx0, __shfl_xor_sync(0xFFFFFFFFu, mx0, 1));
-  mx0 = fmaxf(mx0, __shfl_xor_sync(0xFFFFFFFFu, mx0, 2));
-  mx1 = fmaxf(mx1, __shfl_xor_sync(0xFFFFFFFFu, mx1, 1));
-  mx1 = fmaxf(mx1, __shfl_xor_sync(0xFFFFFFFFu, mx1, 2));
-}
-
 // p <- exp2(p - max); the row sums get exp2(p - max) / sk (the probabilities without the key scale).
 template <class C>
 MJ_DEVICE void exponentiate_f8(float (&p)[32], const SmemF8& s, u32 parity, int stage, const Lane& ln, float m0, float m1,
@@ -351,10 +328,10 @@ MJ_DEVICE void exponentiate_f8(float (&p)[32], const SmemF8& s, u32 parity, int 
   float sum0 = 0.0f, sum1 = 0.0f;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    p[4 * j + 0] = ex2(p[4 * j + 0] - m0);
-    p[4 * j + 1] = ex2(p[4 * j + 1] - m0);
-    p[4 * j + 2] = ex2(p[4 * j + 2] - m1);
-    p[4 * j + 3] = ex2(p[4 * j + 3] - m1);
+    p[4 * j + 0] = fast_exp2(p[4 * j + 0] - m0);
+    p[4 * j + 1] = fast_exp2(p[4 * j + 1] - m0);
+    p[4 * j + 2] = fast_exp2(p[4 * j + 2] - m1);
+    p[4 * j + 3] = fast_exp2(p[4 * j + 3] - m1);
     if constexpr (C::kRowScale) {
       const int i = key_slot(parity, stage, 8 * j + 2 * ln.tig);
       const float v0 = s.invscale[i], v1 = s.invscale[i + 1];
@@ -429,9 +406,10 @@ MJ_DEVICE void consume_wg0_f8(const SparsePrefillArgs& a, const SmemF8& s, const
   for (int step = 0; step < steps; ++step) {
     const u32 parity = static_cast<u32>(step) & 1u;
     float mx0, mx1;
-    scale_mask_scores_f8<C>(p, s, parity, 0, ln, rm0, rm1, mx0, mx1);
+    // S'' = S log2(e) + log2(sk) (masked: -inf), in place.
+    scale_mask_scores<C::kRowScale>(p, s.bias, s.colscale, key_slot(parity, 0, 0), ln, rm0, rm1, mx0, mx1);
     const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-    const float alpha0 = ex2(m0 - n0), alpha1 = ex2(m1 - n1);
+    const float alpha0 = fast_exp2(m0 - n0), alpha1 = fast_exp2(m1 - n1);
     scale_rows(o, alpha0, alpha1);
     l0 *= alpha0;
     l1 *= alpha1;
@@ -457,7 +435,7 @@ MJ_DEVICE void consume_wg0_f8(const SparsePrefillArgs& a, const SmemF8& s, const
     sm90::fence_regs(o);
 
     sm90::mbar_wait(s.max1_ready, parity);
-    const float f0 = ex2(m0 - s.max[ln.r0]), f1 = ex2(m1 - s.max[ln.r1]);
+    const float f0 = fast_exp2(m0 - s.max[ln.r0]), f1 = fast_exp2(m1 - s.max[ln.r1]);
     m0 = s.max[ln.r0];
     m1 = s.max[ln.r1];
     pack_p_e4m3(p, pk, f0 * kPScale, f1 * kPScale);
@@ -531,10 +509,11 @@ MJ_DEVICE void consume_wg1_f8(const SparsePrefillArgs& a, const SmemF8& s, const
   for (int step = 0; step < steps; ++step) {
     const u32 parity = static_cast<u32>(step) & 1u;
     float mx0, mx1;
-    scale_mask_scores_f8<C>(p, s, parity, 1, ln, rm0, rm1, mx0, mx1);
+    // S'' = S log2(e) + log2(sk) (masked: -inf), in place.
+    scale_mask_scores<C::kRowScale>(p, s.bias, s.colscale, key_slot(parity, 1, 0), ln, rm0, rm1, mx0, mx1);
     sm90::named_bar_sync(kBarWg0Max, 256);  // WG0's max; also orders every WG1 warp's V^T of stage 1
     const float n0 = fmaxf(s.max[ln.r0], mx0), n1 = fmaxf(s.max[ln.r1], mx1);
-    const float alpha0 = ex2(m0 - n0), alpha1 = ex2(m1 - n1);
+    const float alpha0 = fast_exp2(m0 - n0), alpha1 = fast_exp2(m1 - n1);
     scale_rows(o, alpha0, alpha1);
     l0 *= alpha0;
     l1 *= alpha1;

@@ -3,7 +3,7 @@
 //
 // Why: the fused fp8 kernels decode every gathered row inside the attention kernel, once per
 // (token, head tile) that selects it, on a producer that cannot run ahead of a two-stage ring
-// (docs/notes/sparse_prefill_sm90.md 16-20): 0.56-0.73x of FlashMLA's bf16 kernel. A prefill's
+// (measured at 0.56-0.73x of FlashMLA's bf16 kernel on an H100). A prefill's
 // tokens select their keys out of the same few sequences, so each row is selected many times
 // (64-1000 for 4096 tokens x top-2048 over 8K-128K keys); decoding it once per launch into a bf16
 // copy costs one pass over the referenced rows (read 576 B + scales, write 1152 B each) and lets
@@ -21,20 +21,22 @@
 #include "common/convert.cuh"
 #include "common/types.cuh"
 #include "sparse_prefill/args.h"
+#include "sparse_prefill/layout.h"
 
 namespace mj {
 namespace sparse_prefill_stage {
 
-constexpr int kRowElems = 576;
+constexpr int kRowElems = sparse_prefill_layout::kQkDim;
 constexpr int kChunks = kRowElems / 16;  // 16-byte fp8 chunks per row
-constexpr int kThreads = 256;
+constexpr int kThreads = sparse_prefill_layout::kStageThreads;
 
-template <int PAGE_SIZE, int SCALE_BLOCK>
+template <int PAGE_SIZE, int QUANT_GRANULARITY>
 struct Config {
   static constexpr int kPageSize = PAGE_SIZE;
-  static constexpr int kScaleBlock = SCALE_BLOCK;  // 0 = unit scales, else divides 576
-  static constexpr int kScalesPerRow = SCALE_BLOCK > 0 ? kRowElems / SCALE_BLOCK : 0;
-  static_assert(SCALE_BLOCK == 0 || kRowElems % SCALE_BLOCK == 0, "scale block must divide 576");
+  static constexpr int kQuantGranularity = QUANT_GRANULARITY;  // 0 = unit scales, else divides 576
+  static constexpr int kScalesPerRow = QUANT_GRANULARITY > 0 ? kRowElems / QUANT_GRANULARITY : 0;
+  static_assert(QUANT_GRANULARITY == 0 || kRowElems % QUANT_GRANULARITY == 0,
+                "quantization granularity must divide 576");
 };
 
 // Zeroes the page flags (num_blocks bytes, rounded up to 16; 16-byte aligned): the workspace is
@@ -57,8 +59,7 @@ constexpr long long kSmemPages = 32LL * kSmemPageWords;
 // not read. The convert pass then converts every row of a flagged page: a pool's pages belong to
 // sequences, and a prefill's selections stay inside its own sequences' pages.
 // Why pages and shared memory: a prefill selects each row 64-1000 times, and every slot checking a
-// global flag costs an L2 round trip on a 32-byte sector (0.14-0.24 ms per 8M slots on an H100,
-// notes 39). A CTA walks many tokens and records their pages in a shared bitmap first (atomicOr:
+// global flag costs an L2 round trip on a 32-byte sector (0.14-0.24 ms per 8M slots on an H100). A CTA walks many tokens and records their pages in a shared bitmap first (atomicOr:
 // plain byte stores of the same value would be correct too, but compute-sanitizer's racecheck
 // reports them), then sets each page it saw in global memory once (read first, stored only if
 // clear: stores from every SM to one byte serialise in L2; plain byte stores of the same value
@@ -124,16 +125,16 @@ MJ_DEVICE void convert_rows(const SparsePrefillStageArgs& a) {
       v[4 * k + 2] = f16_to_f32(static_cast<u16>(hi & 0xFFFFu));
       v[4 * k + 3] = f16_to_f32(static_cast<u16>(hi >> 16));
     }
-    if constexpr (C::kScaleBlock > 0) {
+    if constexpr (C::kQuantGranularity > 0) {
       const float* sc = a.kv_scales + row * C::kScalesPerRow;
-      if constexpr (C::kScaleBlock % 16 == 0) {
-        // The chunk lies inside one scale block.
-        const float s = __ldg(sc + (c * 16) / C::kScaleBlock);
+      if constexpr (C::kQuantGranularity % 16 == 0) {
+        // The chunk lies inside one scale group.
+        const float s = __ldg(sc + (c * 16) / C::kQuantGranularity);
 #pragma unroll
         for (int k = 0; k < 16; ++k) v[k] *= s;
       } else {
 #pragma unroll
-        for (int k = 0; k < 16; ++k) v[k] *= __ldg(sc + (c * 16 + k) / C::kScaleBlock);
+        for (int k = 0; k < 16; ++k) v[k] *= __ldg(sc + (c * 16 + k) / C::kQuantGranularity);
       }
     }
     uint4 o0, o1;

@@ -274,14 +274,14 @@ TEST_CASE("sparse_prefill codegen: deterministic source with the planned entries
       KernelSource a = generate(spec), b = generate(spec);
       CHECK(a.code == b.code);
       REQUIRE(a.entries.size() >= 1);
-      const auto plan = sparse_prefill::sm80_plan(p);
-      CHECK(a.entries[sparse_prefill::kEntrySm80].symbol == sparse_prefill::kSymbolSm80);
+      const auto plan = sparse_prefill::portable_plan(p);
+      CHECK(a.entries[sparse_prefill::kEntryPortable].symbol == sparse_prefill::kSymbolPortable);
       CHECK(a.entries[0].threads == static_cast<unsigned>(plan.threads));
       CHECK(a.entries[0].smem_bytes == static_cast<unsigned>(plan.smem_bytes));
       CHECK(plan.heads_per_cta * plan.head_tiles >= heads);
       CHECK(plan.heads_per_cta * (plan.head_tiles - 1) < heads);
       CHECK(plan.smem_bytes <= 227 * 1024);
-      CHECK(a.code.find("#include \"sparse_prefill/sm80.cuh\"") != std::string::npos);
+      CHECK(a.code.find("#include \"sparse_prefill/portable.cuh\"") != std::string::npos);
       CHECK(a.code.find(fmt::format("kSmemBytes == {}", plan.smem_bytes)) != std::string::npos);
       CHECK(a.min_arch == "sm_80");
       if (sparse_prefill::sm90_supported(p)) {
@@ -313,7 +313,7 @@ TEST_CASE("sparse_prefill codegen: one kernel body per module") {
   CHECK(s80.name != a.name);  // distinct cache entries and dumps
   for (const KernelSource* k : {&a, &s80, &s90}) {
     REQUIRE(k->entries.size() == 3);  // same entry list whatever the body: the op indexes it by path
-    CHECK(k->entries[sparse_prefill::kEntrySm80].symbol == sparse_prefill::kSymbolSm80);
+    CHECK(k->entries[sparse_prefill::kEntryPortable].symbol == sparse_prefill::kSymbolPortable);
     CHECK(k->entries[sparse_prefill::kEntrySm90].symbol == sparse_prefill::kSymbolSm90);
     CHECK(k->entries[sparse_prefill::kEntrySm90Combine].symbol == sparse_prefill::kSymbolSm90Combine);
     CHECK(k->code.find("__trap()") != std::string::npos);  // the other entry is a guard
@@ -401,28 +401,31 @@ TEST_CASE("sparse_prefill qk_math fp8 codegen: the Hopper FP8-math kernel only, 
         CHECK(a.min_arch == "sm_90a");
         CHECK(a.min_arch_why.find("qk_math fp8") != std::string::npos);
         CHECK(a.code.find("#include \"sparse_prefill/sm90.cuh\"") != std::string::npos);
-        CHECK(a.code.find("sparse_prefill/sm80.cuh") == std::string::npos);
-        CHECK(a.code.find("sparse_prefill_sm80::") == std::string::npos);
-        CHECK(a.code.find(fmt::format("/*page_size*/ {}, /*num_stages*/ 2,\n    /*fp8_math*/ true, /*pow2_scales*/ false>",
+        CHECK(a.code.find("sparse_prefill/portable.cuh") == std::string::npos);
+        CHECK(a.code.find("sparse_prefill_portable::") == std::string::npos);
+        CHECK(a.code.find(fmt::format("/*page_size*/ {},\n    /*fp8_math*/ true, /*pow2_scales*/ false>",
                                       p.page_size)) != std::string::npos);
-        CHECK(a.code.find(fmt::format("/*scale_block*/ {}, /*attn_sink*/ {}, /*emit_lse*/ {}", quant_granularity,
+        CHECK(a.code.find(fmt::format("/*quant_granularity*/ {}, /*attn_sink*/ {}, /*emit_lse*/ {}", quant_granularity,
                                       p.attn_sink ? "true" : "false", p.emit_lse ? "true" : "false")) != std::string::npos);
-        CHECK(a.code.find("kSmemBytes == 189520") != std::string::npos);
+        // The FP8-math kernel's layout (templates/sparse_prefill/layout.h), which the plan and the
+        // generated source's static_assert both take.
+        const int f8_smem = mj::sparse_prefill_layout::hopper_layout(/*fp8_math*/ true, /*persistent*/ false).smem_bytes;
+        CHECK(a.code.find(fmt::format("kSmemBytes == {}", f8_smem)) != std::string::npos);
         const auto plan = sparse_prefill::sm90_plan(p);
-        CHECK(plan.smem_bytes == 189520);
-        CHECK(plan.threads == 384);
-        CHECK(plan.head_tiles == (heads + 63) / 64);
+        CHECK(plan.smem_bytes == f8_smem);
+        CHECK(plan.threads == mj::sparse_prefill_layout::kHopperThreads);
+        CHECK(plan.head_tiles == mj::sparse_prefill_layout::hopper_ctas_per_token(heads));
         CHECK(a.code.find(fmt::format("kCtasPerToken == {} && SparsePrefillSm90::kPersistent == false",
                                       plan.head_tiles)) != std::string::npos);
         // Both entries, in the usual order: the portable one is a trapping guard.
         REQUIRE(a.entries.size() == 2);
-        CHECK(a.entries[sparse_prefill::kEntrySm80].symbol == sparse_prefill::kSymbolSm80);
-        CHECK(a.entries[sparse_prefill::kEntrySm80].smem_bytes == 0u);
+        CHECK(a.entries[sparse_prefill::kEntryPortable].symbol == sparse_prefill::kSymbolPortable);
+        CHECK(a.entries[sparse_prefill::kEntryPortable].smem_bytes == 0u);
         CHECK(a.entries[sparse_prefill::kEntrySm90].symbol == sparse_prefill::kSymbolSm90);
-        CHECK(a.entries[sparse_prefill::kEntrySm90].threads == 384u);
-        CHECK(a.entries[sparse_prefill::kEntrySm90].smem_bytes == 189520u);
+        CHECK(a.entries[sparse_prefill::kEntrySm90].threads == static_cast<unsigned>(mj::sparse_prefill_layout::kHopperThreads));
+        CHECK(a.entries[sparse_prefill::kEntrySm90].smem_bytes == static_cast<unsigned>(f8_smem));
         CHECK(a.code.find("__trap()") != std::string::npos);
-        // Its own ptxas setting (notes 36), named in the source header too.
+        // Its own ptxas setting, named in the source header too.
         REQUIRE(a.nvrtc_options.size() == 1u);
         CHECK(a.nvrtc_options[0] == "--ptxas-options=--register-usage-level=10");
         CHECK(a.code.find("// NVRTC options of this kernel (besides the fixed ones): "
@@ -443,11 +446,12 @@ TEST_CASE("sparse_prefill qk_math fp8 codegen: the Hopper FP8-math kernel only, 
   bf16_math.qk_math = QkMath::bf16;
   const KernelSource b = generate(KernelSpec{bf16_math});
   CHECK(b.code.find("/*fp8_math*/ false, /*pow2_scales*/ false>") != std::string::npos);
-  CHECK(b.code.find("#include \"sparse_prefill/sm80.cuh\"") != std::string::npos);
+  CHECK(b.code.find("#include \"sparse_prefill/portable.cuh\"") != std::string::npos);
   CHECK(b.min_arch == "sm_80");
   CHECK(b.min_arch_why.empty());
   CHECK(b.nvrtc_options.empty());  // the 16-bit kernels keep ptxas's defaults
-  CHECK(sparse_prefill::sm90_plan(bf16_math).smem_bytes != 189520);
+  CHECK(sparse_prefill::sm90_plan(bf16_math).smem_bytes !=
+        mj::sparse_prefill_layout::hopper_layout(/*fp8_math*/ true, /*persistent*/ false).smem_bytes);
   CHECK(KernelSpec{bf16_math}.name() != KernelSpec{fp8_math(576)}.name());
 }
 
@@ -457,7 +461,7 @@ TEST_CASE("sparse_prefill qk_math fp8 path choice: sm_90a only, with errors nami
     const SparsePrefillParams p = fp8_math(quant_granularity);
     CHECK(sparse_prefill::sm90_supported(p));
     CHECK(sparse_prefill::sm90_preferred(p));
-    CHECK_FALSE(sparse_prefill::sm80_supported(p));
+    CHECK_FALSE(sparse_prefill::portable_supported(p));
     CHECK(sparse_prefill::path_available(p, "sm_90a", Path::automatic));
     CHECK(sparse_prefill::path_available(p, "sm_90a", Path::sm90));
     CHECK_FALSE(sparse_prefill::path_available(p, "sm_90a", Path::sm80));
@@ -477,7 +481,7 @@ TEST_CASE("sparse_prefill qk_math fp8 path choice: sm_90a only, with errors nami
   // 16-bit math on the same caches is unchanged: the portable kernel stays available everywhere.
   SparsePrefillParams bf16_math = fp8_math(576);
   bf16_math.qk_math = QkMath::bf16;
-  CHECK(sparse_prefill::sm80_supported(bf16_math));
+  CHECK(sparse_prefill::portable_supported(bf16_math));
   CHECK(sparse_prefill::resolve_path(bf16_math, "sm_80", Path::automatic) == Path::sm80);
   CHECK(sparse_prefill::resolve_path(bf16_math, "sm_90a", Path::automatic) == Path::sm90);
 }
@@ -564,7 +568,8 @@ TEST_CASE("sparse_prefill launch grid: the persistent bf16 Hopper kernel takes a
   bf16.kv_dtype = DType::bf16;
   bf16.num_q_heads = 128;
   CHECK(sparse_prefill::sm90_plan(bf16).persistent);
-  CHECK(sparse_prefill::sm90_plan(bf16).smem_bytes == 1872 + 40 + 1024 + 3 * 73728 + 8192);
+  CHECK(sparse_prefill::sm90_plan(bf16).smem_bytes ==
+        mj::sparse_prefill_layout::hopper_layout(/*fp8_math*/ false, /*persistent*/ true).smem_bytes);
   // The generated source holds the device Config to the host plan's grid rule.
   const KernelSource bf16_src = generate_sparse_prefill_mode(KernelSpec{bf16}, Path::sm90);
   CHECK(bf16_src.code.find("SparsePrefillSm90::kPersistent == true") != std::string::npos);
@@ -577,9 +582,10 @@ TEST_CASE("sparse_prefill launch grid: the persistent bf16 Hopper kernel takes a
   fp8.kv_dtype = DType::fp8_e4m3;
   fp8.quantization_granularity = 576;
   CHECK_FALSE(sparse_prefill::sm90_plan(fp8).persistent);
-  CHECK(sparse_prefill::sm90_plan(fp8).smem_bytes == 1872 + 1024 + 3 * 73728 + 8192);
+  CHECK(sparse_prefill::sm90_plan(fp8).smem_bytes ==
+        mj::sparse_prefill_layout::hopper_layout(/*fp8_math*/ false, /*persistent*/ false).smem_bytes);
   CHECK(sparse_prefill::launch_ctas(fp8, Path::sm90, 10, 0) == 20);
-  CHECK(sparse_prefill::launch_ctas(bf16, Path::sm80, 10, 0) == 10 * sparse_prefill::sm80_plan(bf16).head_tiles);
+  CHECK(sparse_prefill::launch_ctas(bf16, Path::sm80, 10, 0) == 10 * sparse_prefill::portable_plan(bf16).head_tiles);
   // A grid size for a kernel that does not walk items, or a negative one: errors naming grid_ctas.
   for (const auto& [p, path, grid] : {std::tuple{fp8, Path::sm90, int64_t{37}}, std::tuple{bf16, Path::sm80, int64_t{37}},
                                       std::tuple{bf16, Path::sm90, int64_t{-37}}}) {

@@ -78,7 +78,7 @@ TEST_CASE("sparse_prefill kv_staging: the attention kernel is the bf16-cache one
       CHECK(sparse_prefill::sm90_supported(p));
       CHECK(sparse_prefill::sm90_preferred(p));
       CHECK(sparse_prefill::sm90_plan(p).persistent);
-      CHECK(sparse_prefill::sm80_plan(p).smem_bytes == sparse_prefill::sm80_plan(a).smem_bytes);
+      CHECK(sparse_prefill::portable_plan(p).smem_bytes == sparse_prefill::portable_plan(a).smem_bytes);
       CHECK(sparse_prefill::resolve_path(p, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm90);
       CHECK(sparse_prefill::resolve_path(p, "sm_89", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
 
@@ -90,7 +90,7 @@ TEST_CASE("sparse_prefill kv_staging: the attention kernel is the bf16-cache one
       CHECK(src.entries[sparse_prefill::kEntryStageMark].symbol == sparse_prefill::kSymbolStageMark);
       CHECK(src.entries[sparse_prefill::kEntryStageConvert].symbol == sparse_prefill::kSymbolStageConvert);
       CHECK(src.code.find("#include \"sparse_prefill/stage_bf16.cuh\"") != std::string::npos);
-      CHECK(src.code.find(fmt::format("/*page_size*/ 64, /*scale_block*/ {}>", quant_granularity)) != std::string::npos);
+      CHECK(src.code.find(fmt::format("/*page_size*/ 64, /*quant_granularity*/ {}>", quant_granularity)) != std::string::npos);
       // The attention Config of both bodies is the bf16 cache's (kv_fp8 false, quantization granularity 0).
       CHECK(src.code.find("/*kv_fp8*/ true") == std::string::npos);
       CHECK(src.code.find("/*kv_fp8*/ false") != std::string::npos);
@@ -114,7 +114,7 @@ TEST_CASE("sparse_prefill kv_staging: the workspace contract (no GPU needed)") {
   CHECK(need == static_cast<size_t>(NB * P) * 1152 + 16);  // a flag byte per page, rounded up to 16
   CHECK(sparse_prefill::staged_bytes(p, 3) == 3 * 64 * 1152 + 16);
   CHECK(sparse_prefill::staged_bytes(p, 17) == 17 * 64 * 1152 + 32);
-  constexpr size_t kSlots = 256 * 64 * 514 * 4;
+  constexpr size_t kSlots = sparse_prefill::kMaxSplitSlots * mj::sparse_prefill_layout::kPartialSlotBytes;
   CHECK(sparse_prefill::partials_offset(p, NB) == (need + 255) / 256 * 256);
   CHECK(ops::sparse_prefill_workspace_bytes(p, NB) == (need + 255) / 256 * 256 + kSlots);
   SparsePrefillParams odd = p;

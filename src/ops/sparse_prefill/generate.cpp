@@ -1,5 +1,5 @@
 // Source generator of sparse_prefill (SPEC §3). Every source declares the same two entries:
-//   entry 0  mlajit_sparse_prefill_sm80: the portable mma.sync kernel (templates/sparse_prefill/sm80.cuh);
+//   entry 0  mlajit_sparse_prefill_portable: the portable mma.sync kernel (templates/sparse_prefill/portable.cuh);
 //   entry 1  mlajit_sparse_prefill_sm90: the wgmma kernel (templates/sparse_prefill/sm90.cuh),
 // (specs of the persistent Hopper kernel add entry 2, the tail split's combine; kv_staging bf16
 // adds entries 3-5, the staging kernels of templates/sparse_prefill/stage_bf16.cuh, and its
@@ -11,10 +11,10 @@
 //   Mode automatic (generate(spec), what Runtime::get / `mlajit build` compile): the wgmma body when
 //     the target has the sm_90a feature set and the Hopper kernel is the automatic choice for the
 //     spec (plan.hpp: sm90_supported && sm90_preferred), else the portable body.
-//   Mode sm80 / sm90: that body whatever the target (the op's forced paths and its fallbacks on
-//     sm_90a, e.g. a negative softmax scale); sm90 needs an sm_90a target (min_arch).
+//   Mode sm80 (the portable kernel) / sm90: that body whatever the target (the op's forced paths and
+//     its fallbacks on sm_90a, e.g. a negative softmax scale); sm90 needs an sm_90a target (min_arch).
 // qk_math fp8 (FP8 tensor-core math) exists only as the Hopper kernel: its source, automatic or
-// sm90, holds the FP8-math Config and a guard in place of the portable entry, never the sm80 body,
+// sm90, holds the FP8-math Config and a guard in place of the portable entry, never the portable body,
 // and needs an sm_90a target (min_arch, with min_arch_why naming qk_math fp8); mode sm80 is refused.
 // Launch geometry comes from ops/sparse_prefill/plan.hpp, shared with the op.
 #include <string>
@@ -33,21 +33,21 @@ namespace {
 
 const char* cpp_bool(bool b) { return b ? "true" : "false"; }
 
-std::string sm80_part(const SparsePrefillParams& p, const sparse_prefill::Sm80Plan& plan) {
+std::string portable_part(const SparsePrefillParams& p, const sparse_prefill::PortablePlan& plan) {
   const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
   return fmt::format(
       "// Portable path: {} CTA(s) of {} threads per token, {} heads each, {} keys per step, {} B shared memory.\n"
-      "#include \"sparse_prefill/sm80.cuh\"\n"
-      "using SparsePrefillSm80 = mj::sparse_prefill_sm80::Config</*num_heads*/ {}, /*m_tiles*/ {}, /*key_tile*/ {},\n"
-      "    /*kv_fp8*/ {}, /*scale_block*/ {}, /*attn_sink*/ {}, /*emit_lse*/ {}, /*page_size*/ {}>;\n"
-      "static_assert(SparsePrefillSm80::kSmemBytes == {}, \"host plan and device layout disagree\");\n"
-      "static_assert(SparsePrefillSm80::kThreads == {} && SparsePrefillSm80::kHeadTiles == {}, \"host plan\");\n"
+      "#include \"sparse_prefill/portable.cuh\"\n"
+      "using SparsePrefillPortable = mj::sparse_prefill_portable::Config</*num_heads*/ {}, /*m_tiles*/ {},\n"
+      "    /*key_tile*/ {}, /*kv_fp8*/ {}, /*quant_granularity*/ {}, /*attn_sink*/ {}, /*emit_lse*/ {}, /*page_size*/ {}>;\n"
+      "static_assert(SparsePrefillPortable::kSmemBytes == {}, \"host plan and device layout disagree\");\n"
+      "static_assert(SparsePrefillPortable::kThreads == {} && SparsePrefillPortable::kHeadTiles == {}, \"host plan\");\n"
       "extern \"C\" __global__ void __launch_bounds__({}, 1) {}(const SparsePrefillArgs args) {{\n"
-      "  mj::sparse_prefill_sm80::run<SparsePrefillSm80>(args);\n"
+      "  mj::sparse_prefill_portable::run<SparsePrefillPortable>(args);\n"
       "}}\n",
       plan.head_tiles, plan.threads, plan.heads_per_cta, plan.key_tile, plan.smem_bytes, p.num_q_heads, plan.m_tiles,
       plan.key_tile, cpp_bool(fp8), fp8 ? p.quantization_granularity : 0, cpp_bool(p.attn_sink), cpp_bool(p.emit_lse),
-      p.page_size, plan.smem_bytes, plan.threads, plan.head_tiles, plan.threads, sparse_prefill::kSymbolSm80);
+      p.page_size, plan.smem_bytes, plan.threads, plan.head_tiles, plan.threads, sparse_prefill::kSymbolPortable);
 }
 
 std::string sm90_part(const SparsePrefillParams& p, const sparse_prefill::Sm90Plan& plan) {
@@ -55,8 +55,8 @@ std::string sm90_part(const SparsePrefillParams& p, const sparse_prefill::Sm90Pl
   return fmt::format(
       "// Hopper path: {} CTA(s) of {} threads per token, {} B shared memory.\n"
       "#include \"sparse_prefill/sm90.cuh\"\n"
-      "using SparsePrefillSm90 = mj::sparse_prefill_sm90::Config</*num_heads*/ {}, /*b_topk*/ {}, /*kv_fp8*/ {},\n"
-      "    /*scale_block*/ {}, /*attn_sink*/ {}, /*emit_lse*/ {}, /*page_size*/ {}, /*num_stages*/ {},\n"
+      "using SparsePrefillSm90 = mj::sparse_prefill_sm90::Config</*num_heads*/ {}, /*kv_fp8*/ {},\n"
+      "    /*quant_granularity*/ {}, /*attn_sink*/ {}, /*emit_lse*/ {}, /*page_size*/ {},\n"
       "    /*fp8_math*/ {}, /*pow2_scales*/ {}>;\n"
       "static_assert(SparsePrefillSm90::kSmemBytes == {} && SparsePrefillSm90::kThreads == {} &&\n"
       "              SparsePrefillSm90::kCtasPerToken == {} && SparsePrefillSm90::kPersistent == {},\n"
@@ -64,13 +64,13 @@ std::string sm90_part(const SparsePrefillParams& p, const sparse_prefill::Sm90Pl
       "extern \"C\" __global__ void __launch_bounds__({}, 1) {}(const __grid_constant__ SparsePrefillArgs args) {{\n"
       "  mj::sparse_prefill_sm90::run<SparsePrefillSm90>(args);\n"
       "}}\n",
-      plan.head_tiles, plan.threads, plan.smem_bytes, p.num_q_heads, p.b_topk, cpp_bool(fp8),
-      fp8 ? p.quantization_granularity : 0, cpp_bool(p.attn_sink), cpp_bool(p.emit_lse), p.page_size, plan.num_stages,
-      cpp_bool(p.qk_math == QkMath::fp8), cpp_bool(fp8 && p.scale_fmt == ScaleFmt::ue8m0), plan.smem_bytes,
-      plan.threads, plan.head_tiles, cpp_bool(plan.persistent), plan.threads, sparse_prefill::kSymbolSm90);
+      plan.head_tiles, plan.threads, plan.smem_bytes, p.num_q_heads, cpp_bool(fp8), fp8 ? p.quantization_granularity : 0,
+      cpp_bool(p.attn_sink), cpp_bool(p.emit_lse), p.page_size, cpp_bool(p.qk_math == QkMath::fp8),
+      cpp_bool(fp8 && p.scale_fmt == ScaleFmt::ue8m0), plan.smem_bytes, plan.threads, plan.head_tiles,
+      cpp_bool(plan.persistent), plan.threads, sparse_prefill::kSymbolSm90);
 }
 
-// The persistent kernel's tail-split combine (sm90.cuh combine), on the Hopper side of the module.
+// The persistent kernel's tail-split combine (sm90_combine.cuh), on the Hopper side of the module.
 std::string combine_part() {
   return fmt::format(
       "extern \"C\" __global__ void __launch_bounds__({}) {}(const __grid_constant__ SparsePrefillArgs args) {{\n"
@@ -86,7 +86,7 @@ std::string stage_part(const SparsePrefillParams& p) {
   return fmt::format(
       "// fp8 -> bf16 staging of the selected rows (kv_staging bf16): clear the page flags, mark, convert.\n"
       "#include \"sparse_prefill/stage_bf16.cuh\"\n"
-      "using SparsePrefillStage = mj::sparse_prefill_stage::Config</*page_size*/ {}, /*scale_block*/ {}>;\n"
+      "using SparsePrefillStage = mj::sparse_prefill_stage::Config</*page_size*/ {}, /*quant_granularity*/ {}>;\n"
       "static_assert(mj::sparse_prefill_stage::kThreads == {}, \"host plan and device block size disagree\");\n"
       "extern \"C\" __global__ void __launch_bounds__({}) {}(const SparsePrefillStageArgs args) {{\n"
       "  mj::sparse_prefill_stage::clear_flags(args);\n"
@@ -122,7 +122,7 @@ KernelSource fp8_math_source(const KernelSpec& spec, const SparsePrefillParams& 
   src.min_arch = "sm_90a";
   src.min_arch_why = "qk_math fp8: FP8 tensor-core math runs on the Hopper kernel only; no portable kernel has it";
   // ptxas's register-usage heuristic at its most aggressive level: -1.5 % cycles at s_kv 32K and
-  // 128K, -0.2 % at 8K (ncu, H100, docs/notes/sparse_prefill_sm90.md 36). The 16-bit sources keep
+  // 128K, -0.2 % at 8K (ncu, H100). The 16-bit sources keep
   // the default: bf16 gained at most 0.8 % at any level, and its module also holds the portable
   // kernel, which sm_80 targets would compile with the same options unmeasured; fp8 on f16 tiles
   // lost 3-9 % at every other level.
@@ -131,7 +131,7 @@ KernelSource fp8_math_source(const KernelSpec& spec, const SparsePrefillParams& 
   std::string code = source_header(spec);
   code += fmt::format(
       "// sparse_prefill: q bf16 [T, {}, 576] quantized per token and head to e4m3, latent cache fp8_e4m3 (page "
-      "{}, scale block {}), attention on FP8 tensor cores (qk_math fp8), out bf16 [T, {}, 512]{}{}\n"
+      "{}, quantization granularity {}), attention on FP8 tensor cores (qk_math fp8), out bf16 [T, {}, 512]{}{}\n"
       "// Kernel compiled in this module: the Hopper FP8-math one (qk_math fp8 has no portable kernel).\n"
       "// NVRTC options of this kernel (besides the fixed ones): {}\n",
       p.num_q_heads, p.page_size, p.quantization_granularity, p.num_q_heads, p.emit_lse ? ", lse f32 [T, H]" : "",
@@ -142,10 +142,10 @@ KernelSource fp8_math_source(const KernelSpec& spec, const SparsePrefillParams& 
           "#error \"qk_math fp8: the FP8-math sparse_prefill kernel needs sm_90a\"\n"
           "#endif\n";
   code += sm90_part(p, plan);
-  code += guard_entry(sparse_prefill::kSymbolSm80, plan.threads, false);
-  // The guard is never launched (the op refuses the sm80 path for qk_math fp8): it gets the Hopper
-  // entry's block size and no dynamic shared memory.
-  src.entries.push_back({sparse_prefill::kSymbolSm80, static_cast<unsigned>(plan.threads), 0u});
+  code += guard_entry(sparse_prefill::kSymbolPortable, plan.threads, false);
+  // The guard is never launched (the op refuses the portable path for qk_math fp8): it gets the
+  // Hopper entry's block size and no dynamic shared memory.
+  src.entries.push_back({sparse_prefill::kSymbolPortable, static_cast<unsigned>(plan.threads), 0u});
   src.entries.push_back(
       {sparse_prefill::kSymbolSm90, static_cast<unsigned>(plan.threads), static_cast<unsigned>(plan.smem_bytes)});
   src.code = std::move(code);
@@ -165,8 +165,8 @@ KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill
   const bool covered = sparse_prefill::sm90_supported(p);
   if (mode == sparse_prefill::Path::sm90 && !covered)
     throw_invalid("sparse_prefill path sm90: params", spec.name(),
-                  "a spec the sm90 kernel covers (quantization_granularity 0 or >= 16 for an fp8 cache)");
-  if (!sparse_prefill::sm80_supported(p)) {
+                  "a spec the sm90 kernel covers (fp8 quantization granularity 0 or >= 16)");
+  if (!sparse_prefill::portable_supported(p)) {
     if (mode == sparse_prefill::Path::sm80)
       throw_invalid("sparse_prefill path sm80: params", spec.name(),
                     "qk_math bf16 (qk_math fp8 runs on the Hopper kernel only; the portable kernel has no FP8 math)");
@@ -179,14 +179,14 @@ KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill
   if (mode != sparse_prefill::Path::automatic) src.name += std::string("_") + sparse_prefill::path_name(mode);
   src.min_arch = mode == sparse_prefill::Path::sm90 ? "sm_90a" : "sm_80";
 
-  const auto plan80 = sparse_prefill::sm80_plan(p);
+  const auto plan_portable = sparse_prefill::portable_plan(p);
   const auto plan90 = covered ? sparse_prefill::sm90_plan(p) : sparse_prefill::Sm90Plan{};
   std::string code = source_header(spec);
   code += fmt::format(
       "// sparse_prefill: q bf16 [T, {}, 576], latent cache {} (page {}{}), out bf16 [T, {}, 512]{}{}\n"
       "// Kernel compiled in this module{}: {}.\n",
       p.num_q_heads, dtype_name(p.kv_dtype), p.page_size,
-      p.kv_dtype == DType::fp8_e4m3 ? fmt::format(", scale block {}", p.quantization_granularity) : std::string(),
+      p.kv_dtype == DType::fp8_e4m3 ? fmt::format(", quantization granularity {}", p.quantization_granularity) : std::string(),
       p.num_q_heads, p.emit_lse ? ", lse f32 [T, H]" : "", p.attn_sink ? ", attention sink" : "",
       p.kv_staging == KvStaging::bf16 ? " (the selected rows staged as bf16 in the workspace first; the bf16-cache kernel reads them)" : "",
       mode == sparse_prefill::Path::sm80 ? "the portable one (forced)"
@@ -204,18 +204,18 @@ KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill
   const bool combine = covered && plan90.persistent;
   code += "#if MLAJIT_SPARSE_PREFILL_HOPPER\n";
   code += covered ? sm90_part(pa, plan90) +
-                        guard_entry(sparse_prefill::kSymbolSm80, plan80.threads, false)
+                        guard_entry(sparse_prefill::kSymbolPortable, plan_portable.threads, false)
                   : std::string("#error \"unreachable: no Hopper kernel for this spec\"\n");
   if (combine) code += combine_part();
   code += "#else\n";
-  code += sm80_part(pa, plan80);
+  code += portable_part(pa, plan_portable);
   if (covered) code += guard_entry(sparse_prefill::kSymbolSm90, plan90.threads, true);
   if (combine) code += guard_entry(sparse_prefill::kSymbolSm90Combine, sparse_prefill::kCombineThreads, true);
   code += "#endif\n";
   if (p.kv_staging == KvStaging::bf16) code += stage_part(p);
 
-  src.entries.push_back({sparse_prefill::kSymbolSm80, static_cast<unsigned>(plan80.threads),
-                         static_cast<unsigned>(plan80.smem_bytes)});
+  src.entries.push_back({sparse_prefill::kSymbolPortable, static_cast<unsigned>(plan_portable.threads),
+                         static_cast<unsigned>(plan_portable.smem_bytes)});
   if (covered)
     src.entries.push_back({sparse_prefill::kSymbolSm90, static_cast<unsigned>(plan90.threads),
                            static_cast<unsigned>(plan90.smem_bytes)});

@@ -58,12 +58,12 @@ void bind_partials(const SparsePrefillParams& p, const ops::PagedCacheView& kv, 
                    SparsePrefillArgs& args);
 
 // The tail split launch() gives the persistent kernel (args.split_first / split_shift; templates/
-// sparse_prefill/sm90.cuh "Tail split"). With `grid` CTAs and items = tokens x head tiles, the last
+// sparse_prefill/sm90_persistent.cuh, item_work). With `grid` CTAs and items = tokens x head tiles, the last
 // round holds r = items mod grid items (all of them when items < grid); each is split into
 // parts = the largest power of two <= min(grid / r, slots / r, max_parts) (the kernel walks units
 // with shifts), so that the last round's units fill the grid,
 // where max_parts keeps at least two 128-key steps per part of a full-length item
-// (indices_stride / 256; measured on an H200 against 2, 4 and 16: notes 40). `max_parts` > 0
+// (indices_stride / 256; measured on an H200 against 2, 4 and 16). `max_parts` > 0
 // replaces that rule (at most max_parts parts of one step at least: the benchmark's sweep).
 // parts < 2: no split (first = items, parts 1). units = first + r * parts: the walk's length.
 struct TailSplit {

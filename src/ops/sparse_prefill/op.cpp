@@ -309,15 +309,15 @@ void stage(const Kernel& kernel, const SparsePrefillStageArgs& sa, StageRows row
 
 bool path_available(const SparsePrefillParams& p, const std::string& arch, Path path) {
   switch (path) {
-    case Path::automatic: return sm80_supported(p) || path_available(p, arch, Path::sm90);
-    case Path::sm80: return sm80_supported(p);
+    case Path::automatic: return portable_supported(p) || path_available(p, arch, Path::sm90);
+    case Path::sm80: return portable_supported(p);
     case Path::sm90: return arch == "sm_90a" && sm90_supported(p);
   }
   return false;
 }
 
 Path resolve_path(const SparsePrefillParams& p, const std::string& arch, Path requested) {
-  if (!sm80_supported(p)) {
+  if (!portable_supported(p)) {
     // qk_math fp8 has one kernel, the Hopper one: anything else is refused here, before a compile
     // or a cache lookup, naming what it needs.
     if (requested == Path::sm80)
@@ -390,7 +390,7 @@ int64_t launch_ctas(const SparsePrefillParams& p, Path path, int64_t num_tokens,
     persistent = plan.persistent;
     head_tiles = plan.head_tiles;
   } else {
-    head_tiles = sm80_plan(p).head_tiles;
+    head_tiles = portable_plan(p).head_tiles;
   }
   if (grid_ctas > 0 && !persistent)
     throw_invalid("grid_ctas", grid_ctas, "0: only the persistent sm90 kernel (a bf16 cache) takes a grid size");
@@ -431,8 +431,8 @@ TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, 
       }
     }
   } else {
-    const Sm80Plan plan = sm80_plan(p);
-    entry = kEntrySm80;
+    const PortablePlan plan = portable_plan(p);
+    entry = kEntryPortable;
     d.block[0] = static_cast<unsigned>(plan.threads);
     d.smem_bytes = static_cast<unsigned>(plan.smem_bytes);
   }

@@ -1,8 +1,8 @@
 #pragma once
 // sparse_prefill (SPEC §3), portable tensor-core path for sm_80 and newer: mma.sync m16n8k16 bf16
 // with f32 accumulation, ldmatrix fragment loads, cp.async gathers of the selected latent rows by
-// index, and an online softmax in the exp2 domain. It is also the fallback the generator uses on
-// sm_90a for configurations the wgmma kernel does not cover.
+// index, and an online softmax in the exp2 domain. It is also the kernel the generator picks on
+// sm_90a for configurations where the Hopper kernel is not the better choice (plan.hpp).
 //
 // Work split. One CTA handles one query token and one tile of kHeadsPerCta = 16 * M_TILES heads
 // (heads past num_heads are padding: zero Q rows, never stored). The CTA has 2 * M_TILES warps; a
@@ -17,12 +17,12 @@
 //   fp8 KV : one fp8 staging buffer (cp.async target) and one bf16 K buffer; at the top of each
 //            step the staged tile is converted to bf16, then the next tile's gather is issued.
 //
-// FP8 scales (scale_block_size sbs, scales_per_token spt = 576 / sbs):
-//   sbs == 0         unit scales: fp8 -> bf16 is exact.
-//   sbs % 16 == 0    exact path: K is stored as the exact bf16 of the fp8 value; S is accumulated
-//                    per scale block (sbs / 16 k-steps) and each block's partial dot is multiplied
+// FP8 scales (quantization granularity g = elements per scale, scales_per_token = 576 / g):
+//   g == 0           unit scales: fp8 -> bf16 is exact.
+//   g % 16 == 0      exact path: K is stored as the exact bf16 of the fp8 value; S is accumulated
+//                    per scale group (g / 16 k-steps) and each group's partial dot is multiplied
 //                    by the key's f32 scale; for V the P fragment is multiplied by the key's scale
-//                    of the dim block (sbs == 576: folded into P once, in f32). Scores therefore
+//                    of the dim group (g == 576: folded into P once, in f32). Scores therefore
 //                    carry f32 rounding only, as the reference on decoded inputs does.
 //   otherwise        K = bf16(fp8 * scale) at conversion (one bf16 rounding per element); scores
 //                    carry ~2^-9 relative noise per term. Scales are read from global memory.
@@ -33,11 +33,13 @@
 // slot writes out = 0 and lse = +inf. With a sink, out = sum_j e^(p_j - m) V_j / (l + e^(sink - m));
 // lse = m + ln l never includes the sink.
 #include "common/convert.cuh"
+#include "common/fast_math.cuh"
 #include "common/types.cuh"
 #include "sparse_prefill/args.h"
+#include "sparse_prefill/layout.h"
 
 namespace mj {
-namespace sparse_prefill_sm80 {
+namespace sparse_prefill_portable {
 
 // ---- inline PTX primitives (no toolkit headers in generated code) -------------------------------
 
@@ -86,17 +88,6 @@ MJ_DEVICE u32 mul_bf16x2(u32 a, u32 b) {
   return d;
 }
 
-MJ_DEVICE float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-MJ_DEVICE float fast_log2(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // Barrier among the 64 threads of one warp pair (ids 1..4; 0 is __syncthreads).
 MJ_DEVICE void pair_barrier(int id) { asm volatile("bar.sync %0, 64;\n" ::"r"(id) : "memory"); }
 
@@ -112,62 +103,57 @@ MJ_DEVICE float shfl_xor(float v, int mask) {
   return r;
 }
 
-MJ_DEVICE float neg_inf() { return __int_as_float(0xff800000); }
-MJ_DEVICE float pos_inf() { return __int_as_float(0x7f800000); }
 
 // ---- configuration -------------------------------------------------------------------------------
 
-template <int NUM_HEADS, int M_TILES, int KEY_TILE, bool KV_FP8, int SCALE_BLOCK, bool ATTN_SINK, bool EMIT_LSE,
+template <int NUM_HEADS, int M_TILES, int KEY_TILE, bool KV_FP8, int QUANT_GRANULARITY, bool ATTN_SINK, bool EMIT_LSE,
           int PAGE_SIZE>
 struct Config {
+  // Shared-memory regions and thread count: sparse_prefill/layout.h (the host plan reads the same).
+  static constexpr sparse_prefill_layout::PortableLayout kLayout =
+      sparse_prefill_layout::portable_layout(NUM_HEADS, M_TILES, KEY_TILE, KV_FP8, QUANT_GRANULARITY);
   static constexpr int kNumHeads = NUM_HEADS;
   static constexpr int kMTiles = M_TILES;  // 16-head MMA row tiles per CTA
-  static constexpr int kHeadsPerCta = 16 * M_TILES;
-  static constexpr int kHeadTiles = (NUM_HEADS + kHeadsPerCta - 1) / kHeadsPerCta;
+  static constexpr int kHeadsPerCta = kLayout.heads_per_cta;
+  static constexpr int kHeadTiles = kLayout.head_tiles;
   static constexpr int kWarps = 2 * M_TILES;
-  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kThreads = kLayout.threads;
   static constexpr int kKeys = KEY_TILE;  // keys per pipeline step
   static constexpr bool kFp8 = KV_FP8;
-  static constexpr int kScaleBlock = KV_FP8 ? SCALE_BLOCK : 0;
-  static constexpr int kScalesPerToken = kScaleBlock > 0 ? 576 / kScaleBlock : 0;
-  // 0: unit scales or bf16; 1: exact per-block scaling; 2: scale folded into the bf16 dequant.
-  static constexpr int kScaleMode = kScaleBlock == 0 ? 0 : (kScaleBlock % 16 == 0 ? 1 : 2);
+  static constexpr int kQuantGranularity = KV_FP8 ? QUANT_GRANULARITY : 0;
+  static constexpr int kScalesPerToken = kQuantGranularity > 0 ? 576 / kQuantGranularity : 0;
+  // 0: unit scales or bf16; 1: exact per-group scaling; 2: scale folded into the bf16 dequant.
+  static constexpr int kScaleMode = kQuantGranularity == 0 ? 0 : (kQuantGranularity % 16 == 0 ? 1 : 2);
   static constexpr bool kSink = ATTN_SINK;
   static constexpr bool kLse = EMIT_LSE;
   static constexpr int kPageSize = PAGE_SIZE;
 
-  static constexpr int kQkDepth = 576, kVDepth = 512;
+  static constexpr int kQkDepth = sparse_prefill_layout::kQkDim, kVDepth = sparse_prefill_layout::kVDim;
   static constexpr int kRowBytes = kQkDepth * 2;        // one bf16 row of Q or K in shared memory
   static constexpr int kRowChunks = kRowBytes / 16;     // 72 chunks of 16 B
   static constexpr int kFp8RowChunks = kQkDepth / 16;   // 36
   static constexpr int kThreadsPerRow = kThreads / kKeys;
-  static constexpr int kPRowBytes = kKeys * 2 + 16;     // +16 B: conflict-free ldmatrix rows
+  static constexpr int kPRowBytes = kLayout.p_row_bytes;
 
-  // Shared memory layout (bytes; every region 128-byte aligned).
-  static constexpr int kQBytes = kHeadsPerCta * kRowBytes;
-  static constexpr int kKBufs = KV_FP8 ? 1 : 2;
-  static constexpr int kKBytes = kKeys * kRowBytes;
-  static constexpr int kStageBytes = KV_FP8 ? kKeys * kQkDepth : 0;
-  static constexpr int kScaleTileBytes = kScaleMode == 1 ? ((kKeys * kScalesPerToken * 4 + 127) / 128) * 128 : 0;
-  static constexpr int kPBytes = kHeadsPerCta * kPRowBytes;
-  static constexpr int kBiasBytes = 2 * kKeys * 4;
-  static constexpr int kRedBytes = 4 * kHeadsPerCta * 4;  // row max [2][H] and row sum [2][H]
-
-  static constexpr int kOffQ = 0;
-  static constexpr int kOffK = kOffQ + kQBytes;
-  static constexpr int kOffStage = kOffK + kKBufs * kKBytes;
-  static constexpr int kOffScaleStage = kOffStage + kStageBytes;
-  static constexpr int kOffScale = kOffScaleStage + kScaleTileBytes;
-  static constexpr int kOffP = kOffScale + kScaleTileBytes;
-  static constexpr int kOffBias = kOffP + kPBytes;
-  static constexpr int kOffRed = kOffBias + kBiasBytes;
-  static constexpr int kSmemBytes = kOffRed + kRedBytes;
+  static constexpr int kQBytes = kLayout.q_bytes;
+  static constexpr int kKBytes = kLayout.k_bytes;
+  static constexpr int kPBytes = kLayout.p_bytes;
+  static constexpr int kOffQ = kLayout.off_q;
+  static constexpr int kOffK = kLayout.off_k;
+  static constexpr int kOffStage = kLayout.off_stage;
+  static constexpr int kOffScaleStage = kLayout.off_scale_stage;
+  static constexpr int kOffScale = kLayout.off_scale;
+  static constexpr int kOffP = kLayout.off_p;
+  static constexpr int kOffBias = kLayout.off_bias;
+  static constexpr int kOffRed = kLayout.off_red;
+  static constexpr int kSmemBytes = kLayout.smem_bytes;
 
   static_assert(NUM_HEADS >= 16 && NUM_HEADS <= 128 && NUM_HEADS % 16 == 0, "num_heads: multiple of 16 in [16, 128]");
-  static_assert(M_TILES >= 1 && M_TILES <= 4, "1..4 row tiles per CTA (named barriers 1..4)");
+  static_assert(M_TILES >= 1 && M_TILES <= sparse_prefill_layout::kPortableMaxMTiles,
+                "1..4 row tiles per CTA (named barriers 1..4)");
   static_assert(KEY_TILE == 32 || KEY_TILE == 64, "key tile 32 or 64");
   static_assert(kThreads % kKeys == 0, "whole threads per gathered row");
-  static_assert(kScaleBlock == 0 || 576 % kScaleBlock == 0, "scale_block_size divides 576");
+  static_assert(kQuantGranularity == 0 || 576 % kQuantGranularity == 0, "quantization granularity divides 576");
   static_assert((PAGE_SIZE & (PAGE_SIZE - 1)) == 0, "page size is a power of two");
   static_assert(kQBytes % 128 == 0 && kKBytes % 128 == 0 && kPBytes % 16 == 0, "alignment");
 };
@@ -253,8 +239,8 @@ MJ_DEVICE void convert_tile(const SparsePrefillArgs& a, unsigned char* smem, int
       if constexpr (C::kScaleMode == 2) {
         if (slot.valid) {
           const float* srow = a.kv_scales + slot.row * C::kScalesPerToken;
-          lo *= srow[(c * 16 + 2 * i) / C::kScaleBlock];
-          hi *= srow[(c * 16 + 2 * i + 1) / C::kScaleBlock];
+          lo *= srow[(c * 16 + 2 * i) / C::kQuantGranularity];
+          hi *= srow[(c * 16 + 2 * i + 1) / C::kQuantGranularity];
         }
       }
       o[i] = pack_bf16x2(lo, hi);
@@ -368,7 +354,7 @@ MJ_DEVICE void run(const SparsePrefillArgs& a) {
     for (int j = 0; j < NTS; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
     const u32 k_row_addr = kbuf + (kh * HALF + k_row_in_half) * C::kRowBytes;
 
-    constexpr int KB = C::kScaleMode == 1 ? C::kScaleBlock / 16 : 36;  // k-steps per scale block
+    constexpr int KB = C::kScaleMode == 1 ? C::kQuantGranularity / 16 : 36;  // k-steps per scale group
     constexpr int NB = 36 / KB;
     if constexpr (NB == 1) {
       // One accumulation over all 36 k-steps. ldmatrix is volatile (it must stay between the
@@ -395,7 +381,7 @@ MJ_DEVICE void run(const SparsePrefillArgs& a) {
         }
       }
     } else {
-      // Several scale blocks (exact fp8 scales): each block's partial dot is accumulated apart and
+      // Several scale groups (exact fp8 scales): each group's partial dot is accumulated apart and
       // multiplied by the key's f32 scale. A rolled loop over the blocks: fully unrolled, the
       // compiler hoists fragment loads of later blocks and runs out of registers next to O.
 #pragma unroll 1
@@ -498,14 +484,14 @@ MJ_DEVICE void run(const SparsePrefillArgs& a) {
       o[n][2] *= alpha[1];
       o[n][3] *= alpha[1];
     }
-    // P (bf16) to shared memory; with one scale per token (sbs 576) V's scale is folded in here.
+    // P (bf16) to shared memory; with one scale per token (granularity 576) V's scale is folded in here.
     {
       unsigned char* prow = smem + C::kOffP + (16 * mi + g) * C::kPRowBytes;
 #pragma unroll
       for (int j = 0; j < NTS; ++j) {
         const int key = kh * HALF + 8 * j + 2 * t4;
         float v0 = s[j][0], v1 = s[j][1], v2 = s[j][2], v3 = s[j][3];
-        if constexpr (C::kScaleMode == 1 && C::kScaleBlock == 576) {
+        if constexpr (C::kScaleMode == 1 && C::kQuantGranularity == 576) {
           const float sc0 = scale_s[key], sc1 = scale_s[key + 1];
           v0 *= sc0;
           v1 *= sc1;
@@ -543,10 +529,10 @@ MJ_DEVICE void run(const SparsePrefillArgs& a) {
             qa2 = p[2];
             qa3 = p[3];
           }
-          if constexpr (C::kScaleMode == 1 && C::kScaleBlock != 576) {
+          if constexpr (C::kScaleMode == 1 && C::kQuantGranularity != 576) {
             const int dim = kh * 256 + 16 * dp;
-            if (dp == 0 || dim % C::kScaleBlock == 0) {
-              const int blk = dim / C::kScaleBlock;
+            if (dp == 0 || dim % C::kQuantGranularity == 0) {
+              const int blk = dim / C::kQuantGranularity;
               const int key = ks * 16 + 2 * t4;
               const u32 sc01 = pack_bf16x2(scale_s[key * C::kScalesPerToken + blk],
                                            scale_s[(key + 1) * C::kScalesPerToken + blk]);
@@ -608,5 +594,5 @@ MJ_DEVICE void run(const SparsePrefillArgs& a) {
   }
 }
 
-}  // namespace sparse_prefill_sm80
+}  // namespace sparse_prefill_portable
 }  // namespace mj

@@ -1,0 +1,159 @@
+#pragma once
+// Which items (token x head tile) a CTA of the Hopper sparse prefill works on: one per CTA (the fp8
+// kernels: cta_work), or the persistent walk of the bf16 kernel, every role going over the same
+// items with the grid's stride, with the tail split that spreads the last round's items over the
+// whole grid as parts (sparse_prefill/sm90_combine.cuh merges them).
+#include "sparse_prefill/sm90_config.cuh"
+#include "sparse_prefill/sm90_producer.cuh"
+#include "sparse_prefill/sm90_consumer.cuh"
+
+namespace mj {
+namespace sparse_prefill_sm90 {
+
+// This CTA's item: one token x one head tile, its top-k length (clamped to the stride) and the
+// number of 128-key steps (two 64-key blocks each). Persistent kernel with a tail split: a part of
+// an item, steps [step0, step0 + steps) of it, whose result goes to partial slot `slot` (-1: the
+// whole item, written to out / lse).
+struct CtaWork {
+  i64 token;
+  int head0, topk_len, steps;
+  int step0, slot;
+};
+// Tail split (persistent kernel; args.split_shift > 0, parts = 2^split_shift). The walk goes over
+// units: unit u < split_first is item u, whole; the units after it are the parts of items
+// split_first, ...: unit split_first + k is part k % parts of item split_first + k / parts, and
+// writes partial slot k. (Powers of two: shifts instead of divisions in every role's walk; with
+// divisions the kernel grew by ~800 SASS instructions and its cold compile by ~0.3 s.)
+// Why: items = tokens x head tiles rarely divide by the grid (4096 tokens x 2 tiles on 132 SMs: 62
+// rounds and 8 items left), so without a split the last round runs a few whole items on a few SMs
+// while the others idle, ~1/63 of the kernel. Split into parts, the tail items spread over the
+// whole grid; the combine entry merges the parts (sm90_combine.cuh).
+template <class C>
+MJ_DEVICE int unit_item(const SparsePrefillArgs& a, int u) {
+  return u >= a.split_first ? a.split_first + ((u - a.split_first) >> a.split_shift) : u;
+}
+// Units of the walk (the host keeps this <= INT_MAX).
+template <class C>
+MJ_DEVICE int unit_count(const SparsePrefillArgs& a) {
+  const int items = static_cast<int>(a.num_tokens) * C::kCtasPerToken;
+  return a.split_first + ((items - a.split_first) << a.split_shift);
+}
+// Unit `u` (item unit_item(u): token item / kCtasPerToken, head tile item % kCtasPerToken) given its
+// topk_lengths value. Item indices are 32-bit: the host keeps tokens * head tiles <= INT_MAX.
+template <class C>
+MJ_DEVICE CtaWork item_work(const SparsePrefillArgs& args, int u, u32 len) {
+  const int it = unit_item<C>(args, u);
+  CtaWork w;
+  w.token = it / C::kCtasPerToken;
+  w.head0 = (it % C::kCtasPerToken) * C::kHeadsPerCta;
+  w.topk_len = static_cast<int>(static_cast<long long>(len) < args.indices_stride ? static_cast<long long>(len)
+                                                                                   : args.indices_stride);
+  w.steps = (w.topk_len + 2 * kBlockKeys - 1) / (2 * kBlockKeys);
+  w.step0 = 0;
+  w.slot = -1;
+  if (args.split_shift > 0 && u >= args.split_first) {
+    const int k = u - args.split_first, part = k & ((1 << args.split_shift) - 1);
+    const int first = static_cast<int>((static_cast<i64>(part) * w.steps) >> args.split_shift);
+    const int end = static_cast<int>((static_cast<i64>(part + 1) * w.steps) >> args.split_shift);
+    w.step0 = first;
+    w.steps = end - first;
+    w.slot = k;
+    // The part's slots end with its last step: the producer loads no index of the next part.
+    w.topk_len = min(w.topk_len, end * 2 * kBlockKeys);
+  }
+  return w;
+}
+// topk_lengths of unit `u`'s item (the persistent roles load the next unit's one unit ahead).
+template <class C>
+MJ_DEVICE u32 item_len(const SparsePrefillArgs& args, int u) {
+  return __ldg(args.topk_lengths + unit_item<C>(args, u) / C::kCtasPerToken);
+}
+// The producer's first index loads wait for topk_lengths[token] (SPEC §3: slots past the length are
+// never read), so at CTA start two DRAM round trips run back to back. Five lanes of the producer
+// hint the row's first 160 slots (the first step's 128) into L2 while the length is in flight: a
+// prefetch moves no value into the program, and the row is allocated up to its stride.
+// (The CTA's first item: blockIdx.x, or with a tail split the item of unit blockIdx.x.)
+template <class C>
+MJ_DEVICE void hint_first_indices(const SparsePrefillArgs& args, i64 first_token) {
+  // On for the 16-bit kernels (bf16: -0.5 % cycles at 32K keys, -0.3 % at 8K, 0.0 at 128K), off for
+  // FP8 math (+0.2 %).
+  constexpr bool kIndexPrefetch = !C::kFp8Math;
+  if constexpr (kIndexPrefetch) {
+    const u32 pt = threadIdx.x - 256u;
+    if (pt < 5u && static_cast<i64>(32 * pt) < args.indices_stride) {
+      const u32* row = args.indices + first_token * args.indices_stride;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(row + 32 * pt));
+    }
+  }
+}
+// One CTA per item (the fp8 kernels): this CTA's item.
+template <class C>
+MJ_DEVICE CtaWork cta_work(const SparsePrefillArgs& args) {
+  hint_first_indices<C>(args, static_cast<i64>(blockIdx.x) / C::kCtasPerToken);
+  CtaWork w;
+  w.token = static_cast<i64>(blockIdx.x) / C::kCtasPerToken;
+  w.head0 = static_cast<int>(blockIdx.x % C::kCtasPerToken) * C::kHeadsPerCta;
+  const long long len = static_cast<long long>(__ldg(args.topk_lengths + w.token));
+  w.topk_len = static_cast<int>(len < args.indices_stride ? len : args.indices_stride);
+  w.steps = (w.topk_len + 2 * kBlockKeys - 1) / (2 * kBlockKeys);
+  return w;
+}
+
+// ---- the persistent walk (Config::kPersistent) --------------------------------------------------------
+// Every role walks the same items: it = blockIdx.x, + gridDim.x, ... (a static stride: no counter to
+// reset, so a launch can be replayed in a CUDA graph), with each item's topk length loaded one item
+// ahead. `gs` counts the steps of the items before (the K ring's barrier parities run on), `n` the
+// items (parities of q_full / q_free / rowsum_ready / rowsum_read).
+template <class C>
+MJ_DEVICE void produce_items(const SparsePrefillArgs& a, const Smem& s) {
+  const int items = unit_count<C>(a), stride = static_cast<int>(gridDim.x);  // units (tail split)
+  int it = static_cast<int>(blockIdx.x);
+  if (it >= items) return;  // (the host launches at most one CTA per unit)
+  hint_first_indices<C>(a, unit_item<C>(a, it) / C::kCtasPerToken);
+  u32 len = item_len<C>(a, it);
+  // L2 policies: gathered rows evict-last (re-read by other tokens' CTAs), the query evict-first
+  // (read once). Created once, outside the item loop.
+  const u64 policy = sm90::l2_policy_evict_last(), q_policy = sm90::l2_policy_evict_first();
+  u32 gs = 0;  // steps of the items before (only its parity is used)
+  for (u32 n = 0;; ++n) {
+    const bool more = it < items - stride;  // (it + stride would overflow near INT_MAX)
+    const u32 len_next = more ? item_len<C>(a, it + stride) : 0u;
+    const CtaWork w = item_work<C>(a, it, len);
+    produce_bf16<C>(a, s, w.token, w.head0, w.topk_len, w.step0, w.steps, gs, n, policy, q_policy);
+    if (!more) break;
+    gs += static_cast<u32>(w.steps);
+    len = len_next;
+    it += stride;
+  }
+  sm90::cp_async_wait_all();
+}
+
+template <class C, int WG>
+MJ_DEVICE void consume_items(const SparsePrefillArgs& a, const Smem& s, const Lane& ln, int lane) {
+  const int items = unit_count<C>(a), stride = static_cast<int>(gridDim.x);  // units (tail split)
+  int it = static_cast<int>(blockIdx.x);
+  if (it >= items) return;
+  u32 len = item_len<C>(a, it);
+  u32 gs = 0;
+  for (u32 n = 0;; ++n) {
+    const bool more = it < items - stride;
+    const u32 len_next = more ? item_len<C>(a, it + stride) : 0u;
+    const CtaWork w = item_work<C>(a, it, len);
+    // The query tile landed by cp.async (the acquire-form proxy fence: no instruction, as wait_full).
+    sm90::mbar_wait(s.q_full, n & 1u);
+    sm90::fence_proxy_async_acquire_smem();
+    if (w.steps == 0) sm90::mbar_arrive(s.q_free);  // else after the item's last Q K^T
+    if constexpr (WG == 0) {
+      consume_wg0<C>(a, s, ln, lane, w.token, w.head0, w.steps, 1.0f, gs, n, w.slot);
+    } else {
+      consume_wg1<C>(a, s, ln, lane, w.token, w.head0, w.steps, 1.0f, gs, n, w.slot);
+    }
+    if (!more) break;
+    gs += static_cast<u32>(w.steps);
+    len = len_next;
+    it += stride;
+  }
+}
+
+}  // namespace sparse_prefill_sm90
+}  // namespace mj
