@@ -33,7 +33,9 @@ struct RadixLayout {
 // Candidate capacity of the sampled select for a sort width: 2x k up to 8192 entries (64 KiB), at
 // least 2048 (the sample, 128 runs of 16 keys, lives in the candidate buffer). At k 2048 the whole
 // layout is ~64 KiB, so three CTAs fit on an SM.
-constexpr int sample_cap(int sort_cap) { return 2 * sort_cap < 2048 ? 2048 : (2 * sort_cap > 8192 ? 8192 : 2 * sort_cap); }
+constexpr int sample_cap(int sort_cap) {
+  return 2 * sort_cap < 2048 ? 2048 : (2 * sort_cap > 8192 ? 8192 : 2 * sort_cap);
+}
 
 // SampleTopK<THREADS, MAX_K>'s shared memory: the radix fallback's layout and the fast path's,
 // overlaid.

@@ -150,10 +150,11 @@ MJ_DEVICE float lds_f32(u32 addr) {
   return v;
 }
 
-// The cp.async copy of one 256-key block (every page size >= 2; pages 2 and 4 by default): producer warp pw gathers quarters
-// pw, pw + kProducerWarps, ... into the stage at kdst_block (K) and sdst_block (scales), then every
-// lane arrives on the stage's full barrier when its copies have landed. cp.async writes through
-// the generic proxy: the consumers fence the async proxy after their acquire.
+// The cp.async copy of one 256-key block (builds at every page size >= 2; runs at pages 2 and 4):
+// producer warp pw gathers quarters pw, pw + kProducerWarps, ... into the stage at kdst_block (K)
+// and sdst_block (scales), then every lane arrives on the stage's full barrier when its copies have
+// landed. cp.async writes through the generic proxy: the consumers fence the async proxy after
+// their acquire.
 template <class C, int PAGE_SHIFT>
 MJ_DEVICE void produce_block_cp_async(const MlaIndexerScoresArgs& a, int b, long long kv0, long long kv_hi,
                                       u32 kdst_block, u32 sdst_block, u32 full_bar, u32 empty_bar, u32 phase, int pw,
@@ -233,7 +234,8 @@ MJ_DEVICE void produce_block_cp_async(const MlaIndexerScoresArgs& a, int b, long
                                                   (r & ((1 << kPageShift) - 1));
         return r < quarter_keys ? row : -1;
       };
-      // Unrolled by 4 (as the tile scorer) the loop's hoisted per-row shuffle lanes and offsets spilled at 32
+      // Unrolled by 4 (as in the tile scorer) the loop's hoisted per-row shuffle lanes and offsets
+      // spilled at 32
       // registers; by 2 page 2 still spilled 4 bytes.
       constexpr int kUnroll = PAGE_SHIFT <= 1 ? 1 : 2;
 #pragma unroll kUnroll

@@ -66,7 +66,8 @@ inline Layout layout(const MlaIndexerParams& p) {
   // Persistent: 2 x 16 KiB of Q (double-buffered across work items) + stages x 33 KiB of K blocks
   // and scales within the 227 KiB of a CTA.
   MLAJIT_EXPECT(p.num_stages == 0 || (p.num_stages >= min_stages && p.num_stages <= max_stages), "params.num_stages",
-                p.num_stages, fmt::format("0 (heuristic: {}) or {}..{} (ring depth)", default_stages, min_stages, max_stages));
+                p.num_stages,
+                fmt::format("0 (heuristic: {}) or {}..{} (ring depth)", default_stages, min_stages, max_stages));
   l.stages = p.num_stages == 0 ? default_stages : p.num_stages;
   const kl::ScorerLayout sl = kl::scorer_layout(p.num_heads, l.stages, l.sm90_persistent);
   l.sm90_stage_keys = sl.stage_keys;
@@ -100,9 +101,9 @@ constexpr int64_t kSm90ItemCostBlocks = 1;
 // CTAs to the SMs as they free up.
 //
 // Persistent grid: min(SMs, items) CTAs walking the items in rounds
-// (ScoresSm90Persistent::work_item in the template). A CTA's Q is double-buffered across its items, so an item costs ~1 block beyond
-// its keys (kSm90ItemCostBlocks), and the makespan is the busiest CTA's rounds x (blocks per item +
-// 1). The host does not know the sequences' visible keys (they are on the device), so it assumes
+// (ScoresSm90Persistent::work_item in the template). A CTA's Q is double-buffered across its
+// items, so an item costs ~1 block beyond its keys (kSm90ItemCostBlocks), and the makespan is the
+// busiest CTA's rounds x (blocks per item + 1). The host does not know the sequences' visible keys (they are on the device), so it assumes
 // every row sees max_keys and picks the split count with the smallest
 //   ceil(items / grid) x (ceil(tiles / splits) + kSm90ItemCostBlocks)
 // (ties: fewer splits, i.e. fewer Q loads). Rows that see fewer keys (causal rows, shorter
