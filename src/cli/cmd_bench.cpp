@@ -26,9 +26,10 @@ ops and their shape keys (defaults in brackets; tokens / keys / topk mean what t
   mla_indexer
       heads [128] tokens [4096] keys [32768: cached + new] topk [2048] page_size [64] mask [causal]
       stages [0 = heuristic: the scorer's K ring depth, params.num_stages]
-      block_kv [0: params.block_kv; 256 = scorer v10 (256-key blocks, 128/heads tokens per CTA;
-        v11, K by TMA, at page_size >= 8), 64 = v8; 0 = v10 at page_size 8, 16, >= 64, else v8]
-      persistent [1: v10 on one CTA per SM walking work items; 0: one work item per CTA]
+      block_kv [0: params.block_kv; 256 = the persistent scorer (256-key blocks, 128/heads tokens
+        per CTA, K by TMA at page_size >= 8), 64 = the tile scorer (64-key tiles);
+        0 = persistent at page_size >= 8, else tile]
+      persistent [1: the persistent scorer on one CTA per SM walking work items; 0: one work item per CTA]
       (also new_tokens = tokens, cached_tokens = keys - tokens, top_k = topk)
       --anchor LIB.so: also time LIB's anchor_mqa_logits (C ABI in src/ops/mla_indexer/bench.hpp)
   sparse_prefill
