@@ -1,6 +1,6 @@
 #pragma once
 // Thread counts, ring sizes and shared-memory layouts of the mla_indexer kernels:
-//   the tile scorer        mla_indexer/scores_sm90.cuh             (sm_90a, 64-key tiles)
+//   the tile scorer        mla_indexer/scores_sm90_tile.cuh        (sm_90a, 64-key tiles)
 //   the persistent scorer  mla_indexer/scores_sm90_persistent.cuh  (sm_90a, 256-key blocks)
 //   the portable scorer    mla_indexer/scores_portable.cuh         (every other target)
 //   the top-k stage        mla_indexer/topk.cuh                    (common/topk_layout.h)
