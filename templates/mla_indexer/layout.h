@@ -120,6 +120,9 @@ constexpr unsigned portable_smem_bytes(int heads) { return static_cast<unsigned>
 // 512 threads, and 8 entries per thread make more of the sort in-register.
 constexpr int kTopkThreads = 256;
 constexpr int kTopkMinBlocks = 3;
+// Floats per score row of the workspace are a multiple of this: the top-k reads a row with
+// 16-byte loads (and the workspace is 16-byte aligned).
+constexpr int kScoreRowAlignFloats = 4;
 
 template <int TOP_K>
 using TopkLayout = topk::SampleLayout<kTopkThreads, TOP_K>;

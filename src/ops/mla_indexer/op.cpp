@@ -3,7 +3,8 @@
 // f32 FMA elsewhere) that fills the workspace with the chunk's score rows, and one top-k launch
 // that reduces each row to its top-k positions.
 //
-// Workspace bound: score rows are score_row_stride = round_up(max(max_keys_per_seq, 1), 4) floats;
+// Workspace bound: score rows are score_row_stride = round_up(max(max_keys_per_seq, 1), 4) floats
+// (4: mj::indexer::kScoreRowAlignFloats, the top-k's 16-byte loads);
 // mla_indexer_workspace_bytes() sizes a chunk to as many rows as fit in kWorkspaceCapBytes (at
 // least one row, a multiple of 16 rows when more than 16 fit, never more than the tokens):
 //   min(T, chunk_rows) * score_row_stride * 4 bytes  <=  max(kWorkspaceCapBytes, one row)
@@ -38,7 +39,8 @@ struct Chunking {
 
 Chunking chunking(int64_t total_tokens, int64_t max_keys) {
   Chunking c;
-  c.row_stride = (std::max<int64_t>(max_keys, 1) + 3) / 4 * 4;
+  constexpr int64_t kAlign = mj::indexer::kScoreRowAlignFloats;
+  c.row_stride = (std::max<int64_t>(max_keys, 1) + kAlign - 1) / kAlign * kAlign;
   const int64_t row_bytes = c.row_stride * 4;
   int64_t rows = std::max<int64_t>(1, kWorkspaceCapBytes / row_bytes);
   if (rows > 16) rows = rows / 16 * 16;
