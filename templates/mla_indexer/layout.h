@@ -131,7 +131,10 @@ using TopkLayout = topk::SampleLayout<kTopkThreads, TOP_K>;
 constexpr int topk_candidates(int top_k) { return topk::sample_cap(topk::pow2_ceil(top_k)); }
 
 // Shared memory of the top-k stage for a top_k known at run time (the host's): the layout depends
-// on top_k only through its power-of-two ceiling. 0 past 4096 (params.top_k's bound).
+// on top_k only through its power-of-two ceiling. 0 past 4096 (params.top_k's bound). Host only:
+// the device instantiates the layout of its own TOP_K (NVRTC would otherwise emit the constants of
+// all thirteen layouts into every module).
+#ifndef __CUDACC_RTC__
 template <int SORT_CAP>
 constexpr unsigned topk_smem_bytes_of() {
   return static_cast<unsigned>(sizeof(typename TopkLayout<SORT_CAP>::Smem));
@@ -154,6 +157,7 @@ constexpr unsigned topk_smem_bytes(int top_k) {
     default: return 0u;
   }
 }
+#endif  // __CUDACC_RTC__
 
 }  // namespace indexer
 }  // namespace mj

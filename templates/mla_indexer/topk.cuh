@@ -14,14 +14,14 @@ namespace mj {
 namespace indexer {
 
 // Threads per CTA and CTAs per SM: layout.h (kTopkThreads, kTopkMinBlocks). The shared memory is
-// the select's Smem (layout.h, TopkLayout), as the host sizes it.
+// the select's Smem (TopkLayout<TOP_K>::Smem, common/topk_layout.h), whose sizeof the host reads
+// (layout.h, topk_smem_bytes).
 template <int TOP_K>
 using TopkSelect = topk::SampleTopK<kTopkThreads, TOP_K>;
 
 template <int TOP_K, int PAGE_SHIFT, bool CAUSAL, bool PHYSICAL>
 __device__ __forceinline__ void topk_rows(const MlaIndexerTopkArgs& a) {
   using Select = TopkSelect<TOP_K>;
-  static_assert(sizeof(typename Select::Smem) == topk_smem_bytes(TOP_K), "the host's top-k shared memory");
   static_assert(sizeof(topk::Float4) == kScoreRowAlignFloats * sizeof(float), "score rows hold whole 16-byte loads");
   extern __shared__ __align__(16) u8 smem_raw[];
   typename Select::Smem& sm = *reinterpret_cast<typename Select::Smem*>(smem_raw);
