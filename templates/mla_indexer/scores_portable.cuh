@@ -11,7 +11,6 @@
 namespace mj {
 namespace indexer_portable {
 
-
 // Eight fp8 values (one 8-byte word, lowest byte first) to f32, exactly.
 MJ_DEVICE void decode8(u64 v, float* out) {
 #pragma unroll
