@@ -27,11 +27,10 @@ ops and their shape keys (defaults in brackets; tokens / keys / top_k mean what 
   mla_indexer
       heads [128] tokens [4096] keys [32768: cached + new] top_k [2048] page_size [64] mask [causal]
       stages [0 = heuristic: the scorer's K ring depth, params.num_stages]
-      block_kv [0: params.block_kv; 256 = the 256-key-block scorer (128/heads tokens per CTA, K
-        by TMA at page_size >= 8), 64 = the 64-key-tile scorer; 0 = 256 at page_size 8, 16,
-        >= 64, else 64]
-      persistent [1: the 256-key-block scorer on one CTA per SM walking work items; 0: one work
-        item per CTA]
+      block_kv [0: params.block_kv; 256 = the persistent scorer (256-key blocks, 128/heads tokens
+        per CTA, K by TMA at page_size >= 8), 64 = the tile scorer (64-key tiles);
+        0 = persistent at page_size >= 8, else tile]
+      persistent [1: the persistent scorer on one CTA per SM walking work items; 0: one work item per CTA]
       --anchor LIB.so: also time LIB's anchor_mqa_logits (C ABI in src/ops/mla_indexer/bench.hpp)
   sparse_prefill
       tokens [4096] heads [128] top_k [2048] keys [32768] kv_dtype [bf16] page_size [64]

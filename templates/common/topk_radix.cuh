@@ -13,6 +13,7 @@
 // A threshold bin larger than the candidate capacity is not stored: the next round reads the
 // row again, filtering by the longer prefix, so nothing is ever dropped or duplicated.
 // The selected k entries are then bitonic-sorted by (key desc, position asc).
+#include "common/topk_layout.h"
 #include "common/types.cuh"
 
 namespace mj {
@@ -34,33 +35,17 @@ struct alignas(16) Float4 {
   float x, y, z, w;
 };
 
-template <int N>
-struct Pow2Ceil {
-  static constexpr int value = N <= 1 ? 1 : 2 * Pow2Ceil<(N + 1) / 2>::value;
-};
-template <>
-struct Pow2Ceil<1> {
-  static constexpr int value = 1;
-};
-
 template <int THREADS, int MAX_K, int CAP>
 struct RadixTopK {
   static_assert(THREADS % 32 == 0 && THREADS / 32 <= 32, "threads");
   static constexpr int kWarps = THREADS / 32;
   static constexpr int kItems = 4;  // contiguous elements per thread per chunk (one float4)
   static constexpr int kChunk = THREADS * kItems;
-  static constexpr int kMaxBins = 4096;
-  static constexpr int kSortCap = Pow2Ceil<MAX_K>::value;
-
-  struct Smem {
-    u32 hist[kMaxBins];
-    u64 sel[kSortCap];   // selected entries (sort_entry), later sorted in place
-    u64 cand[CAP];       // threshold-bin candidates in position order: key << 32 | position
-    u32 scan[kWarps + 1];
-    u32 sel_count;
-    u32 digit;
-    u32 above;
-  };
+  // Shared memory: common/topk_layout.h (the host sizes the launch from the same struct).
+  using Layout = RadixLayout<THREADS, MAX_K, CAP>;
+  static constexpr int kMaxBins = Layout::kMaxBins;
+  static constexpr int kSortCap = Layout::kSortCap;
+  using Smem = typename Layout::Smem;
   static constexpr unsigned kSmemBytes = sizeof(Smem);
 
   // Exclusive prefix of `v` over threads in index order; `total` gets the block sum.

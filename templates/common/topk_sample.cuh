@@ -21,33 +21,22 @@
 //      Otherwise (the sample misled: fewer than k or more than CAP keys >= t_lo) the row is
 //      handed to the radix select, which is exact on any input. Exactness therefore never
 //      depends on the sample; only the speed does.
-//   4. The k selected entries are put in descending order (the order above). MJ_TOPK_SORT 1
-//      (default): one 12-bit MSD bucket pass (a monotone map of the entry onto 4096 buckets fitted
-//      to the entries' range, shared-memory atomics), then each entry's rank inside its bucket by
-//      counting the bucket's larger entries; the bitonic network below when a bucket holds more
-//      than kMaxBucket entries (huge ties). MJ_TOPK_SORT 0: always the bitonic network, in
-//      registers and warp shuffles except for the few stages whose partners are in other warps.
-//   3+4 fused (MJ_TOPK_SELECT 1, default): steps 3 and 4 for a candidate list of k..CAP entries
-//      as ONE bucket pass over the candidates: the row pass also records the candidates' key
-//      range, the bucket map is fitted to it, and the prefix sums of the bucket counts say which
-//      buckets hold the top k (those starting below rank k); only their entries are scattered
-//      and ranked, ranks >= k dropped. No k-th-largest rounds, no collect, no range pass.
-//      Exact by the same argument as step 4; a bucket reaching into the top k with more than
-//      kMaxBucket entries takes steps 3 and 4 as above. MJ_TOPK_SELECT 0: steps 3 and 4 always.
+//   4. The k selected entries are put in descending order (the order above): one 12-bit MSD
+//      bucket pass (a monotone map of the entry onto 4096 buckets fitted to the entries' range,
+//      shared-memory atomics), then each entry's rank inside its bucket by counting the bucket's
+//      larger entries; a bitonic network (in registers and warp shuffles except for the few
+//      stages whose partners are in other warps) when a bucket holds more than kMaxBucket
+//      entries (huge ties).
+//   3+4 fused: steps 3 and 4 for a candidate list of k..CAP entries as ONE bucket pass over the
+//      candidates: the row pass also records the candidates' key range, the bucket map is fitted
+//      to it, and the prefix sums of the bucket counts say which buckets hold the top k (those
+//      starting below rank k); only their entries are scattered and ranked, ranks >= k dropped.
+//      No k-th-largest rounds, no collect, no range pass. Exact by the same argument as step 4;
+//      a bucket reaching into the top k with more than kMaxBucket entries takes steps 3 and 4 as
+//      above.
+#include "common/topk_layout.h"
 #include "common/topk_radix.cuh"
 #include "common/types.cuh"
-
-// Compile-time switch for step 4 (one binary can A/B both through MLAJIT_TEMPLATE_DIR): 1 = bucket
-// pass + in-bucket ranks (bitonic fallback), 0 = bitonic network only. Same output either way.
-#ifndef MJ_TOPK_SORT
-#define MJ_TOPK_SORT 1
-#endif
-// Compile-time switch for steps 3 + 4 on a candidate list (A/B through MLAJIT_TEMPLATE_DIR or
-// MLAJIT_NVRTC_EXTRA_OPTIONS="-DMJ_TOPK_SELECT=0"): 1 = fused bucket select + sort (v7), 0 = k-th
-// largest, collect, then the sort of MJ_TOPK_SORT (v6). Same output and shared-memory layout.
-#ifndef MJ_TOPK_SELECT
-#define MJ_TOPK_SELECT 1
-#endif
 
 namespace mj {
 namespace topk {
@@ -56,10 +45,11 @@ template <int THREADS, int MAX_K>
 struct SampleTopK {
   static_assert(THREADS % 32 == 0 && THREADS / 32 <= 32, "threads");
   using Radix = RadixTopK<THREADS, MAX_K, 4096>;  // exact fallback
-  static constexpr int kSortCap = Radix::kSortCap;
-  // Candidate capacity: 2x k up to 8192 entries (64 KiB), at least 2048. At k 2048 the whole
-  // shared-memory layout is ~64 KiB, so three CTAs fit on an SM.
-  static constexpr int kCap = 2 * kSortCap < 2048 ? 2048 : (2 * kSortCap > 8192 ? 8192 : 2 * kSortCap);
+  // Shared memory: common/topk_layout.h (the host sizes the launch from the same structs).
+  using Layout = SampleLayout<THREADS, MAX_K>;
+  static constexpr int kSortCap = Layout::kSortCap;
+  // Candidate capacity (topk_layout.h, sample_cap).
+  static constexpr int kCap = Layout::kCap;
   static constexpr int kRuns = 128, kRunLen = 16, kSamples = kRuns * kRunLen;
   static_assert(kSamples <= kCap, "the sample lives in the candidate buffer");
   // float4 loads in flight per thread: 8 x 16 B x 768 threads = 96 KiB per SM at 3 CTAs per SM.
@@ -68,40 +58,18 @@ struct SampleTopK {
   static constexpr int kUnroll = 8;
   static constexpr int kPass = THREADS * 4 * kUnroll;
 
-  static constexpr int kBins = 4096;  // 12-bit digits
-  static constexpr int kWarps = THREADS / 32;
+  static constexpr int kBins = Layout::kBins;  // 12-bit digits
+  static constexpr int kWarps = Layout::kWarps;
   static_assert(kBins % THREADS == 0, "bins per thread");
 
   // Largest bucket ranked by counting in the bucket sort (see there).
-  static constexpr u32 kMaxBucket = 32;
-  // sel's slots past kSortCap: the fused select scatters the buckets that reach into the top k,
-  // up to k - 1 + kMaxBucket entries, plus the rank loop's zero padding (kRankUnroll - 1 <= 8).
-  static constexpr int kSelPad = static_cast<int>(kMaxBucket) + 8;
+  static constexpr u32 kMaxBucket = Layout::kMaxBucket;
+  // sel's slots past kSortCap (topk_layout.h).
+  static constexpr int kSelPad = Layout::kSelPad;
 
-  struct Fast {
-    u64 sel[kSortCap + kSelPad];
-    u64 cand[kCap];  // first the sample, then the candidates
-    u32 hist[kBins];
-    u64 all_and;
-    u64 all_or;
-    u32 scan[kWarps + 1];
-    u32 count;
-    u32 sel_count;
-    u32 digit;
-    u32 above;
-    // Fused select (MJ_TOPK_SELECT 1): the candidates' smallest and largest key (row pass), the
-    // lowest bucket reaching into the top k, the number of entries scattered, a bucket too full.
-    u32 cand_key_min;
-    u32 cand_key_max;
-    u32 boundary;
-    u32 scattered;
-    u32 overflow;
-  };
-  union Smem {
-    typename Radix::Smem radix;
-    Fast fast;
-  };
-  static constexpr unsigned kSmemBytes = sizeof(Smem);
+  // The fast path's buffers, and the radix fallback's overlaid on them.
+  using Fast = typename Layout::Fast;
+  using Smem = typename Layout::Smem;
 
   static MJ_DEVICE u32 lane_id() { return threadIdx.x & 31; }
 
@@ -250,15 +218,9 @@ struct SampleTopK {
   }
 
   // Sorts f.sel[0, kk) descending (kk <= kSortCap; the entries are unique). Ends with a barrier.
-  static MJ_DEVICE void sort_desc(Fast& f, u32 kk) {
-#if MJ_TOPK_SORT
-    sort_desc_buckets(f, kk);
-#else
-    sort_desc_bitonic(f.sel, kk);
-#endif
-  }
+  static MJ_DEVICE void sort_desc(Fast& f, u32 kk) { sort_desc_buckets(f, kk); }
 
-  // ---- Bucket sort (MJ_TOPK_SORT 1) ----
+  // ---- Bucket sort ----
   // The k entries go to 4096 buckets by a map that is non-decreasing in the entry (so buckets
   // are ordered: every entry of a higher bucket is larger), fitted to the entries' range so that
   // they spread: at k 2048 most buckets hold 0-3 entries (host emulation on normal, lognormal,
@@ -514,7 +476,7 @@ struct SampleTopK {
     return true;
   }
 
-  // ---- Fused select + sort of the candidates (MJ_TOPK_SELECT 1) ----
+  // ---- Fused select + sort of the candidates ----
   // The top k of the C unique candidates cand[0, C) (k <= C <= kCap), sorted descending, into
   // cand[0, k); hist is zero and cand_key_min / cand_key_max bound the candidates' keys (both
   // set by the row pass before its closing barrier). Returns false, with cand unchanged, when a
@@ -622,7 +584,7 @@ struct SampleTopK {
     return true;
   }
 
-  // ---- Bitonic network (MJ_TOPK_SORT 0, and the fallback of the bucket sort) ----
+  // ---- Bitonic network (the fallback of the bucket sort) ----
   // Bitonic sort of sel[0, pow2(kk)) descending; entries past kk are padding (0, sorts last).
   static MJ_DEVICE void sort_desc_bitonic(u64* sel, u32 kk) {
     if (kSortCap >= THREADS) {
@@ -664,16 +626,12 @@ struct SampleTopK {
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
       if ((i & J) == 0) {
-#if MJ_TOPK_SORT
         // e = tid * kItems + i: below kItems the direction bit is a bit of i (known after
         // unrolling), from kItems on a bit of tid * kItems. Written so because, as the bucket
-        // sort's fallback at k 4096, the form below made ptxas hoist 15 values of e and spill.
+        // sort's fallback at k 4096, the plain (e & size) == 0 made ptxas hoist 15 values of e and
+        // spill.
         const bool desc = size < static_cast<u32>(kItems) ? (static_cast<u32>(i) & size) == 0
                                                          : ((threadIdx.x * kItems) & size) == 0;
-#else
-        const u32 e = threadIdx.x * kItems + i;  // unchanged from before MJ_TOPK_SORT (A/B base)
-        const bool desc = (e & size) == 0;
-#endif
         const u64 x = v[i], y = v[i ^ J];
         if ((x < y) == desc) {
           v[i] = y;
@@ -729,8 +687,6 @@ struct SampleTopK {
     __syncthreads();
   }
 
-  static constexpr bool kFusedSelect = MJ_TOPK_SELECT != 0;
-
   // Selects the top min(k, n) of row[0, n) (16-byte aligned, readable up to a multiple of 4
   // floats). Returns the sorted entries (sort_entry) and sets kk = min(k, n).
   static MJ_DEVICE const u64* run(Smem& sm, const float* row, u32 n, u32 k, u32& kk) {
@@ -768,13 +724,11 @@ struct SampleTopK {
       t_lo = static_cast<u32>(kth_largest(f, f.cand, kSamples, r) >> 32);
     }
     __syncthreads();  // the sample is dead; count is zero
-    if (kFusedSelect) {
-      // The fused select's bucket counters start at zero (visible after the row pass's barrier).
-      static_assert(kBins % (4 * THREADS) == 0, "bucket counters per thread");
+    // The fused select's bucket counters start at zero (visible after the row pass's barrier).
+    static_assert(kBins % (4 * THREADS) == 0, "bucket counters per thread");
 #pragma unroll
-      for (int q = 0; q < kBins / (4 * THREADS); ++q)
-        store4(&f.hist[4 * (q * THREADS + tid)], make_uint4(0u, 0u, 0u, 0u));
-    }
+    for (int q = 0; q < kBins / (4 * THREADS); ++q)
+      store4(&f.hist[4 * (q * THREADS + tid)], make_uint4(0u, 0u, 0u, 0u));
     // 2. One pass: keys >= t_lo become candidates (and, for the fused select, their key range).
     u32 key_min = ~0u, key_max = 0u;
     for (u32 e0 = 0; e0 < n; e0 += kPass) {
@@ -820,21 +774,17 @@ struct SampleTopK {
               const u32 key = order_key(xs[i]);
               if (slot < static_cast<u32>(kCap)) f.cand[slot] = sort_entry(key, first + i);
               ++slot;
-              if (kFusedSelect) {
-                key_min = min(key_min, key);
-                key_max = max(key_max, key);
-              }
+              key_min = min(key_min, key);
+              key_max = max(key_max, key);
             }
         }
       }
     }
-    if (kFusedSelect) {
-      key_min = __reduce_min_sync(0xffffffffu, key_min);
-      key_max = __reduce_max_sync(0xffffffffu, key_max);
-      if (lane == 0) {
-        atomicMin(&f.cand_key_min, key_min);
-        atomicMax(&f.cand_key_max, key_max);
-      }
+    key_min = __reduce_min_sync(0xffffffffu, key_min);
+    key_max = __reduce_max_sync(0xffffffffu, key_max);
+    if (lane == 0) {
+      atomicMin(&f.cand_key_min, key_min);
+      atomicMax(&f.cand_key_max, key_max);
     }
     __syncthreads();
     const u32 C = f.count;
@@ -846,7 +796,7 @@ struct SampleTopK {
       return sm.radix.sel;
     }
     // 3 + 4 fused: one bucket pass over the candidates.
-    if (kFusedSelect && select_sorted(f, C, k, n)) return f.cand;
+    if (select_sorted(f, C, k, n)) return f.cand;
     // 3. Exact k-th largest entry among the candidates, then the k entries at or above it.
     const u64 T = kth_largest(f, f.cand, C, k);
     collect(f, f.cand, C, T);

@@ -44,14 +44,16 @@ struct MlaIndexerScoresArgs {
   long long layer_row_offset;
   int batch;
   int scale_row_stride;                   // head_dim_granularity of the K cache (1 when g >= 128)
-  int keys_per_split;                     // keys each CTA covers along grid.y (multiple of 64)
-  // v11 (the Hopper scorer with 256-key blocks at pages >= 64) loads every 64-key quarter of K by
-  // TMA through k_map, and its scales through scale_map when scales_by_tma is 1 (0: the scales are
-  // not 16-byte aligned and are copied with cp.async). Unused by the other scorers.
+  int keys_per_split;                     // keys of one key split (a multiple of the ring stage's keys)
+  // The persistent Hopper scorer at pages >= 8 loads K by TMA through k_map (one box per 64-key
+  // quarter, or per page below 64), and its scales through scale_map when scales_by_tma is 1 (0:
+  // the scales are not 16-byte aligned, or their boxes would land off 128-byte boundaries, and are
+  // copied with cp.async). Unused by the other scorers.
   int scales_by_tma;
-  // K cache as [total_rows, 128] bytes, box 64 rows x 128 B, 128-byte swizzle (the wgmma layout).
+  // K cache as [total_rows, 128] bytes, box min(page, 64) rows x 128 B, 128-byte swizzle (the
+  // wgmma layout).
   MlaIndexerTensorMap k_map;
-  // Scales as [total_rows] 32-bit words (scale_row_stride 1), box 64 (valid when scales_by_tma).
+  // Scales as [total_rows] 32-bit words (scale_row_stride 1), box as K's (valid when scales_by_tma).
   MlaIndexerTensorMap scale_map;
 };
 

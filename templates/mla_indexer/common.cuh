@@ -43,9 +43,9 @@ MJ_DEVICE TokenInfo token_info(const unsigned* offsets, const unsigned* cache_le
   return r;
 }
 
-// Fills the per-CTA token slots of the Hopper scorers (v8, v10): slot s = row block_row0 + s of the
-// chunk, its sequence, visible key count and validity (rows past the chunk or the batch are
-// invalid). Threads [0, BLOCK_Q) write; the caller's barrier publishes them.
+// Fills the per-CTA token slots of the Hopper scorers (tile and persistent): slot s = row
+// block_row0 + s of the chunk, its sequence, visible key count and validity (rows past the chunk
+// or the batch are invalid). Threads [0, BLOCK_Q) write; the caller's barrier publishes them.
 template <int BLOCK_Q, bool CAUSAL>
 MJ_DEVICE void load_token_slots(const MlaIndexerScoresArgs& a, long long block_row0, int tid, int* s_seq,
                                 long long* s_visible, int* s_valid) {

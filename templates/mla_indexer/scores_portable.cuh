@@ -6,19 +6,10 @@
 #include "common/convert.cuh"
 #include "common/types.cuh"
 #include "mla_indexer/common.cuh"
+#include "mla_indexer/layout.h"
 
 namespace mj {
 namespace indexer_portable {
-
-struct ScoresPortableConfig {
-  static constexpr int kThreads = 256;
-  static constexpr int kDepth = 128;
-};
-
-template <int H>
-constexpr unsigned scores_portable_smem_bytes() {
-  return (H * ScoresPortableConfig::kDepth + H) * 4;
-}
 
 // Eight fp8 values (one 8-byte word, lowest byte first) to f32, exactly.
 MJ_DEVICE void decode8(u64 v, float* out) {
@@ -38,8 +29,9 @@ MJ_DEVICE void decode8(u64 v, float* out) {
 
 template <int H, int PAGE_SHIFT, bool CAUSAL>
 __device__ __forceinline__ void scores_portable(const MlaIndexerScoresArgs& a) {
-  constexpr int D = ScoresPortableConfig::kDepth;
-  constexpr int kThreads = ScoresPortableConfig::kThreads;
+  constexpr int D = indexer::kDepth;
+  constexpr int kThreads = indexer::kPortableThreads;
+  // indexer::portable_smem_bytes(H) (layout.h): q as f32 [H][D], then the weights [H].
   extern __shared__ __align__(16) u8 smem_raw[];
   float* q_f = reinterpret_cast<float*>(smem_raw);  // [H][D]
   float* w_f = q_f + H * D;                         // [H]

@@ -1,10 +1,12 @@
 #pragma once
-// Hopper (sm_90a) building blocks of the indexer's score kernel: its cp.async gathers with zero
-// fill, its TMA loads (v11), and the names it uses for the shared primitives of templates/common/ (mbarriers, the
-// async-proxy fence, the fp8 warpgroup MMA, QGMMA in SASS, and its shared-memory descriptor).
+// Hopper (sm_90a) building blocks of the indexer's score kernels: their cp.async gathers with zero
+// fill, the persistent scorer's TMA loads, and the names they use for the shared primitives of
+// templates/common/ (mbarriers, the async-proxy fence, the fp8 warpgroup MMA, QGMMA in SASS, and
+// its shared-memory descriptor).
 #include "common/mbarrier.cuh"
 #include "common/types.cuh"
 #include "mla_indexer/args.h"
+#include "mla_indexer/layout.h"
 #include "common/warpgroup.cuh"
 #include "common/wgmma.cuh"
 
@@ -97,9 +99,9 @@ using sm90::wgmma_wait;
 template <int BLOCK_Q, int H, int W_QUAD>
 MJ_DEVICE void load_q_and_weights(const MlaIndexerScoresArgs& a, long long block_row0, u32 q_s, float* w_sm,
                                   int tid, int nthreads) {
-  constexpr int kDepth = 128;
-  // Rolled: v10's producer warps call this once per work item at 32 registers, where the
-  // addresses of unrolled iterations, hoisted out of the item loop, spilled.
+  constexpr int kDepth = indexer::kDepth;
+  // Rolled: the persistent scorer's producer warps call this once per work item at 32 registers,
+  // where the addresses of unrolled iterations, hoisted out of the item loop, spilled.
 #pragma unroll 1
   for (int c = tid; c < BLOCK_Q * H * 8; c += nthreads) {
     const int row = c >> 3, chunk = c & 7;

@@ -8,24 +8,21 @@
 #include "common/types.cuh"
 #include "mla_indexer/args.h"
 #include "mla_indexer/common.cuh"
+#include "mla_indexer/layout.h"
 
 namespace mj {
 namespace indexer {
 
-struct TopkConfig {
-  // 256 threads, 3 CTAs per SM (registers <= 85, shared memory 3 x ~64 KiB at k 2048): three
-  // rows in flight per SM hide each other's serial phases (sample, select, sort) better than two
-  // rows of 512 threads, and 8 entries per thread make more of the sort in-register.
-  static constexpr int kThreads = 256;
-  static constexpr int kMinBlocks = 3;
-};
-
+// Threads per CTA and CTAs per SM: layout.h (kTopkThreads, kTopkMinBlocks). The shared memory is
+// the select's Smem (TopkLayout<TOP_K>::Smem, common/topk_layout.h), whose sizeof the host reads
+// (layout.h, topk_smem_bytes).
 template <int TOP_K>
-using TopkSelect = topk::SampleTopK<TopkConfig::kThreads, TOP_K>;
+using TopkSelect = topk::SampleTopK<kTopkThreads, TOP_K>;
 
 template <int TOP_K, int PAGE_SHIFT, bool CAUSAL, bool PHYSICAL>
 __device__ __forceinline__ void topk_rows(const MlaIndexerTopkArgs& a) {
   using Select = TopkSelect<TOP_K>;
+  static_assert(sizeof(topk::Float4) == kScoreRowAlignFloats * sizeof(float), "score rows hold whole 16-byte loads");
   extern __shared__ __align__(16) u8 smem_raw[];
   typename Select::Smem& sm = *reinterpret_cast<typename Select::Smem*>(smem_raw);
 
@@ -37,7 +34,7 @@ __device__ __forceinline__ void topk_rows(const MlaIndexerTopkArgs& a) {
   u32 kk = 0;
   const u64* sel = Select::run(sm, a.scores + r * a.score_row_stride, n, TOP_K, kk);
   int* out = a.out + t * TOP_K;
-  for (int s = threadIdx.x; s < TOP_K; s += TopkConfig::kThreads) {
+  for (int s = threadIdx.x; s < TOP_K; s += kTopkThreads) {
     int v = -1;
     if (static_cast<u32>(s) < kk) {
       const u32 pos = topk::sort_entry_pos(sel[s]);

@@ -3,7 +3,7 @@
 // 0, 1, k-1, k, k+1, around the candidate capacity, 30000 and 131072; random, all-equal,
 // NaN-laden, few distinct values (huge exact ties at the threshold), signed zeros and infinities,
 // a row whose top keys hide between the sampled runs (the sample misleads: the fallback runs) and
-// one whose sampled runs hold the largest keys; for the fused bucket select (MJ_TOPK_SELECT 1) a
+// one whose sampled runs hold the largest keys; for the fused bucket select a
 // tie of ~0.2k keys just below the k-th largest (a full bucket that must NOT stop the fused path),
 // a tie straddling the k-th largest (a full bucket in the top k: the fused path hands over to the
 // k-th largest select) and indexer-like sums of weighted ReLUs; and many rows at once (several

@@ -81,8 +81,8 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
   CHECK(last_stderr().find("params.num_stages: got 99") != std::string::npos);
   CHECK(cli("bench mla_indexer --shape stages=x").code == 2);
   CHECK(last_stderr().find("--shape stages") != std::string::npos);
-  // block_kv picks the scorer (0 / 256: 256-key blocks, 64: 64-key tiles); the 256-key-block
-  // scorer's ring holds at most 5 blocks (next to its two Q buffers).
+  // block_kv picks the scorer (0 / 256 persistent, 64 tile); the persistent scorer's ring holds at
+  // most 5 blocks of 256 keys (next to its two Q buffers).
   CHECK(cli("bench mla_indexer --shape block_kv=128").code == 2);
   CHECK(last_stderr().find("params.block_kv: got 128") != std::string::npos);
   CHECK(cli("bench mla_indexer --shape block_kv=256,stages=8").code == 2);

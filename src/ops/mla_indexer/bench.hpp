@@ -20,9 +20,11 @@ struct MlaIndexerBenchArgs {
   int page_size = 64;
   Mask mask = Mask::causal;
   int num_stages = 0;  // MlaIndexerParams::num_stages (0 = heuristic)
-  int block_kv = 0;    // MlaIndexerParams::block_kv: 0 (heuristic) / 256 = scorer v10 (256-key blocks), 64 = v8
-  // Scorer v10's grid: persistent (one CTA per SM walking work items, the op's launch) or one work
-  // item per CTA (ops::detail::kIndexerOneItemPerCta), for A/B runs in one binary.
+  // MlaIndexerParams::block_kv: 0 (heuristic) / 256 = the persistent scorer (256-key blocks), 64 = the
+  // tile scorer (64-key tiles).
+  int block_kv = 0;
+  // The persistent scorer's grid: persistent (one CTA per SM walking work items, the op's launch)
+  // or one work item per CTA (ops::detail::kIndexerOneItemPerCta), for A/B runs in one binary.
   bool persistent = true;
   // Optional: path of a shared library exporting DeepGEMM-style fp8 MQA logits (the C ABI below),
   // timed beside mlajit's scores stage on the same q, weights, K (gathered dense) and scales.

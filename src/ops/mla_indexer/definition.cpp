@@ -3,8 +3,11 @@
 //
 // What lives where in this folder:
 //   definition.cpp       this file
-//   plan.hpp             the host side of the tiling plan (sizes the generated source static_asserts)
-//   generate.cpp         params -> CUDA source (templates/mla_indexer/: scores_sm90, scores_portable, topk)
+//   plan.hpp             the host side of the tiling plan: which scorer, launch shapes (sizes from
+//                        templates/mla_indexer/layout.h, the kernels' own layout)
+//   tma.hpp/.cpp         the persistent scorer's TMA descriptors of the K cache
+//   generate.cpp         params -> CUDA source (templates/mla_indexer/: scores_sm90_tile,
+//                        scores_sm90_persistent, scores_portable, topk)
 //   op.cpp, stages.hpp   the entry point: validation, workspace chunking, the three launches
 //   tuning_workload.cpp  the autotuner's problem
 //   bench.cpp/.hpp       `mlajit bench mla_indexer` (harness library, not libmlajit)
@@ -35,12 +38,12 @@ namespace ops {
 const OpDefinition& mla_indexer_definition() {
   static const OpDefinition d{
       Op::mla_indexer,
-      // block_kv picks the sm90 scorer (plan.hpp): 256 = v10 (256-key blocks, block_q = 128 / H),
-      // 64 = v8 (64-key tiles, block_q = 4 * 128 / H), 0 = the heuristic (v10 at pages >= 8,
-      // v8 at 1, 2 and 4); block_q follows from it. Both stay knobs so that a record or a config can pin them,
+      // block_kv picks the sm90 scorer (plan.hpp): 256 = the persistent scorer (256-key blocks,
+      // block_q = 128 / H), 64 = the tile scorer (64-key tiles, block_q = 4 * 128 / H), 0 = the
+      // heuristic (persistent at pages >= 8, tile at 1, 2 and 4); block_q follows from it. Both stay knobs so that a record or a config can pin them,
       // but no sweep tries other values (the heuristic's pick was the faster one at every measured
       // page size). The ring depth is the knob the tuner sweeps, over the
-      // depths both scorers build (v10's ring holds at most 5 blocks next to its two Q buffers).
+      // depths both scorers build (the persistent scorer's ring holds at most 5 blocks next to its two Q buffers).
       {{"block_kv", "bkv", true, 0, {}}, {"block_q", "bq", true, 0, {}}, {"num_stages", "st", true, 0, {2, 3, 4, 5}}},
       {{"tokens", 4096, true, "new query tokens across the batch"},
        {"batch", 1, true, "sequences"},

@@ -3,7 +3,8 @@
 // f32 FMA elsewhere) that fills the workspace with the chunk's score rows, and one top-k launch
 // that reduces each row to its top-k positions.
 //
-// Workspace bound: score rows are score_row_stride = round_up(max(max_keys_per_seq, 1), 4) floats;
+// Workspace bound: score rows are score_row_stride = round_up(max(max_keys_per_seq, 1), 4) floats
+// (4: mj::indexer::kScoreRowAlignFloats, the top-k's 16-byte loads);
 // mla_indexer_workspace_bytes() sizes a chunk to as many rows as fit in kWorkspaceCapBytes (at
 // least one row, a multiple of 16 rows when more than 16 fit, never more than the tokens):
 //   min(T, chunk_rows) * score_row_stride * 4 bytes  <=  max(kWorkspaceCapBytes, one row)
@@ -28,7 +29,7 @@ namespace mlajit::ops {
 namespace {
 
 constexpr int64_t kWorkspaceCapBytes = int64_t{128} << 20;
-constexpr int kDepth = 128;
+constexpr int kDepth = mj::indexer::kDepth;
 
 struct Chunking {
   int64_t row_stride = 0;  // floats per score row
@@ -38,7 +39,8 @@ struct Chunking {
 
 Chunking chunking(int64_t total_tokens, int64_t max_keys) {
   Chunking c;
-  c.row_stride = (std::max<int64_t>(max_keys, 1) + 3) / 4 * 4;
+  constexpr int64_t kAlign = mj::indexer::kScoreRowAlignFloats;
+  c.row_stride = (std::max<int64_t>(max_keys, 1) + kAlign - 1) / kAlign * kAlign;
   const int64_t row_bytes = c.row_stride * 4;
   int64_t rows = std::max<int64_t>(1, kWorkspaceCapBytes / row_bytes);
   if (rows > 16) rows = rows / 16 * 16;
@@ -136,16 +138,19 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
   MLAJIT_EXPECT(max_keys_per_seq >= 0 && max_keys_per_seq < (int64_t{1} << 31), "max_keys_per_seq",
                 max_keys_per_seq, "an integer in [0, 2^31): the bound on cache_length + new tokens of every sequence");
   MLAJIT_EXPECT(B < (int64_t{1} << 31), "batch", B, "< 2^31");
-  // v11 (v10's tiling at pages >= 8) loads K by TMA: checked here, with everything else, before the
-  // runtime is touched (the descriptors are encoded at launch; tma.hpp).
-  const bool tma = lay.sm90_blocks && p.page_size >= indexer::kTmaMinPage;
+  // The persistent scorer at pages >= 8 loads K by TMA: checked here, with everything else, before
+  // the runtime is touched (the descriptors are encoded at launch; tma.hpp).
+  const bool tma = lay.sm90_persistent && p.page_size >= indexer::kTmaMinPage;
   indexer::TmaPlan tma_plan;
   if (tma)
     tma_plan = indexer::plan_tma(reinterpret_cast<uintptr_t>(kc.blocks.data), reinterpret_cast<uintptr_t>(kc.scales.data),
                                  num_blocks * num_layers * p.page_size, static_cast<int>(hdg), p.page_size);
-  // v10 walks keys in 32-bit ints in steps of 256 (its loop state has no room for 64-bit keys).
-  MLAJIT_EXPECT(!lay.sm90_blocks || max_keys_per_seq <= (int64_t{1} << 31) - 1024, "max_keys_per_seq",
-                max_keys_per_seq, "<= 2^31 - 1024 with the v10 scorer (params.block_kv 256, or 0 at page_size 8, 16, >= 64; 64 selects v8, which takes up to 2^31 - 1)");
+  // The persistent scorer walks keys in 32-bit ints in steps of 256 (its loop state has no room for
+  // 64-bit keys).
+  MLAJIT_EXPECT(!lay.sm90_persistent || max_keys_per_seq <= (int64_t{1} << 31) - 1024, "max_keys_per_seq",
+                max_keys_per_seq,
+                "<= 2^31 - 1024 with the persistent scorer (params.block_kv 256, or 0 at page_size >= 8; 64 "
+                "selects the tile scorer, which takes up to 2^31 - 1)");
 
   expect_dtype(out, DType::i32, "out");
   expect_ndim(out, 2, "out");
@@ -190,7 +195,7 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
   sa.layer_row_offset = static_cast<int64_t>(layer_idx) * p.page_size;
   sa.batch = static_cast<int>(B);
   sa.scale_row_stride = static_cast<int>(hdg);
-  // v11's descriptors, once for all chunks (host-only; captured by value in a CUDA graph).
+  // The TMA descriptors, once for all chunks (host-only; captured by value in a CUDA graph).
   if (sm90 && tma) indexer::encode_tma(tma_plan, sa);
 
   MlaIndexerTopkArgs ta{};
@@ -213,8 +218,8 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
     if ((stages & kIndexerScores) && max_keys_per_seq > 0) {
       LaunchDims d;
       if (sm90) {
-        // Grid and key split (plan.hpp, sm90_work): v10 runs persistent CTAs (one per SM) unless
-        // the caller asks for one work item per CTA; v8 runs its (q blocks, splits) grid.
+        // Grid and key split (plan.hpp, sm90_work): the persistent scorer runs one CTA per SM unless
+        // the caller asks for one work item per CTA; the tile scorer runs its (q blocks, splits) grid.
         const indexer::Sm90Work w =
             indexer::sm90_work(lay, rows, max_keys_per_seq, (stages & kIndexerSmallGrid) ? kIndexerSmallGridSms : sms,
                                !(stages & kIndexerOneItemPerCta));

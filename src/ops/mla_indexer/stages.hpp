@@ -17,11 +17,11 @@ enum IndexerStage : unsigned {
   // Use the portable (FMA) scores entry even on sm_90a, so that the GPU tests cover the path
   // that sm_80/sm_89 devices run.
   kIndexerForcePortable = 4u,
-  // Scorer v10 with one work item per CTA (grid = items, the hardware deals the CTAs to the SMs:
-  // v10's launch before the persistent grid) instead of one persistent CTA per SM, so that tests
-  // and the benchmark compare the two launches in one binary.
+  // The persistent scorer with one work item per CTA (grid = items, the hardware deals the CTAs to
+  // the SMs) instead of one persistent CTA per SM, so that tests and the benchmark compare the two
+  // launches in one binary.
   kIndexerOneItemPerCta = 8u,
-  // Scorer v10's persistent grid sized for kIndexerSmallGridSms SMs instead of the device's, so
+  // The persistent scorer's grid sized for kIndexerSmallGridSms SMs instead of the device's, so
   // that the GPU tests walk many work items per CTA, in uneven numbers, on any device.
   kIndexerSmallGrid = 16u,
 };

@@ -1,4 +1,4 @@
-// v11's TMA descriptors for the K cache (see tma.hpp).
+// The persistent scorer's TMA descriptors for the K cache (see tma.hpp).
 #include "ops/mla_indexer/tma.hpp"
 
 #include <algorithm>
@@ -9,18 +9,19 @@
 namespace mlajit::indexer {
 
 namespace {
-constexpr int kDepth = 128;        // bytes per K row (fp8 e4m3 x 128)
-constexpr int kQuarterRows = 64;  // keys of one warpgroup's quarter: the largest box
+constexpr int kDepth = mj::indexer::kDepth;               // bytes per K row (fp8 e4m3 x 128)
+constexpr int kQuarterRows = mj::indexer::kQuarterKeys;  // keys of one warpgroup's quarter: the largest box
 }  // namespace
 
 TmaPlan plan_tma(uintptr_t k_blocks, uintptr_t k_scales, int64_t total_rows, int scale_row_stride, int page_size) {
   MLAJIT_EXPECT(page_size >= kTmaMinPage && (page_size & (page_size - 1)) == 0, "page_size", page_size,
-                "a power of two >= 8 with the v11 scorer's TMA loads (smaller pages use v10's cp.async producer)");
+                "a power of two >= 8 with the persistent scorer's TMA loads (smaller pages use its cp.async "
+                "producer)");
   MLAJIT_EXPECT(k_blocks % 16 == 0, "k_cache.blocks address", k_blocks, "16-byte aligned (TMA)");
   MLAJIT_EXPECT(total_rows >= 1 && total_rows < (int64_t{1} << 31), "k_cache rows (num_blocks x num_layers x page_size)",
                 total_rows,
-                "in [1, 2^31) with the v11 scorer (page_size >= 8, params.block_kv 0 or 256: 32-bit TMA row "
-                "coordinates); params.block_kv 64 selects v8");
+                "in [1, 2^31) with the persistent scorer's TMA loads (page_size >= 8, params.block_kv 0 or "
+                "256: 32-bit TMA row coordinates); params.block_kv 64 selects the tile scorer");
   TmaPlan p;
   p.box_rows = static_cast<uint32_t>(std::min(page_size, kQuarterRows));
   p.rows = total_rows;

@@ -1,12 +1,14 @@
 #pragma once
-// Host side of the v11 scorer's TMA loads (templates/mla_indexer/scores_sm90_blk.cuh,
-// produce_block_tma): which of the K cache's tensors the TMA can address, and their descriptors.
+// Host side of the persistent scorer's TMA loads (templates/mla_indexer/scores_sm90_persistent.cuh,
+// produce_block_tma, produce_block_tma_pages): which of the K cache's tensors the TMA can address,
+// and their descriptors.
 //
-// v11 runs where the sm90 scorer walks 256-key blocks (v10's tiling, params.block_kv 0 / 256) at
-// pages of >= 8 keys. At pages >= 64 a page holds whole 64-key quarters: one box of 64 rows per
-// quarter. At pages 8..32 (v12) a quarter is 64 / page pages: one box of `page` rows per page, whose
-// 1024-byte aligned destination (page x 128 B >= 1024 B) keeps the 128-byte swizzle the one the
-// wgmma reads. Pages 2 and 4 (boxes not 1024-byte aligned) keep v10's cp.async producer. K rows
+// The TMA loads run where the sm90 scorer walks 256-key blocks (the persistent scorer,
+// params.block_kv 0 / 256) at pages of >= 8 keys. At pages >= 64 a page holds whole 64-key
+// quarters: one box of 64 rows per quarter. At pages 8..32 a quarter is 64 / page pages: one box of
+// `page` rows per page, whose 1024-byte aligned destination (page x 128 B >= 1024 B) keeps the
+// 128-byte swizzle the one the wgmma reads. Pages 2 and 4 (boxes not 1024-byte aligned) keep the
+// scorer's cp.async producer. K rows
 // always come by TMA: the kernel has no cp.async path for them, so a cache the TMA cannot address
 // is an error (never met by a real cache: it needs >= 2^31 rows, 256 GiB of K). The scales come by
 // TMA when their base is 16-byte aligned, one scale per row (scale_row_stride 1) and a box holds
@@ -16,11 +18,12 @@
 #include <cstdint>
 
 #include "mla_indexer/args.h"
+#include "mla_indexer/layout.h"
 
 namespace mlajit::indexer {
 
 // Smallest page the TMA producer takes: its boxes must fill whole 1024-byte swizzle atoms.
-inline constexpr int kTmaMinPage = 8;
+inline constexpr int kTmaMinPage = 1 << mj::indexer::kTmaMinPageShift;
 
 struct TmaPlan {
   bool scales_by_tma = false;

@@ -1,5 +1,8 @@
 #pragma once
-// Indexer scores on Hopper (sm_90a): fp8 wgmma over the paged K cache.
+// Indexer scores on Hopper (sm_90a), the tile scorer: fp8 wgmma over the paged K cache, 64-key
+// tiles shared by four warpgroups of their own query tokens (params.block_kv 64; the heuristic's
+// pick at page sizes 1, 2 and 4, where the persistent scorer, scores_sm90_persistent.cuh, has no
+// TMA producer). Sizes and offsets: mla_indexer/layout.h.
 //
 // For one query token the scores are a GEMM over heads and keys followed by a reduction over
 // heads: S[h, j] = q[h,:] . k[j,:], score[j] = k_scale[j] * sum_h relu(S[h, j]) * qs[h]. Keys
@@ -13,53 +16,45 @@
 // STAGES swizzled buffers (mbarrier full/empty handshake). A warpgroup runs its N = 128 MMA, waits
 // for it and reduces; while it reduces, the other three warpgroups' MMAs keep the tensor cores
 // busy (the epilogue is ~1/2 of the MMA time, so it needs three MMAs in the shadow, which two
-// warpgroups with N = 256 each could not give: issue 10's note, v2 of the scorer).
+// warpgroups with N = 256 each could not give).
 //
 // Grid: x = query blocks of kBlockQ tokens of the chunk, y = splits of the key range
 // (keys_per_split keys each). Tokens of one block that belong to different sequences (ragged
 // batch, decode) are processed as separate segments over their own keys.
 #include "common/types.cuh"
 #include "mla_indexer/common.cuh"
+#include "mla_indexer/layout.h"
 #include "mla_indexer/sm90_primitives.cuh"
 
 namespace mj {
 namespace indexer_sm90 {
 
 template <int H, int PAGE_SHIFT, bool CAUSAL, int STAGES>
-struct ScoresSm90 {
+struct ScoresSm90Tile {
   static_assert(H == 32 || H == 64 || H == 128, "heads");
-  static_assert(STAGES >= 2 && STAGES <= 8, "stages");
-  static constexpr int kDepth = 128;                 // bytes per fp8 row (q head or key)
-  static constexpr int kWgs = 4;                     // consumer warpgroups
-  static constexpr int kTokPerWg = 128 / H;          // N = 128 per consumer warpgroup
-  static constexpr int kBlockQ = kWgs * kTokPerWg;   // tokens per CTA
-  static constexpr int kTileKeys = 64;               // M of the MMA
-  static constexpr int kConsumerThreads = 128 * kWgs;
-  // The producer is a whole warpgroup (ptxas sizes registers by warpgroups anyway: 544 threads
-  // would cap every thread at 96 registers, as 640 do) so that setmaxnreg can move its registers
-  // to the consumers. setmaxnreg moves registers inside the CTA's launch allocation (640 x 96),
-  // it does not take the SM's free ones: 128 x producer + 512 x consumer registers must fit in it,
-  // or the consumers' increase waits forever (it did: 40 / 112 hung). 32 / 112: neither side
-  // spills (ptxas report) with the consumers' 32 weight registers. Only the producer's first warp
-  // works.
-  static constexpr int kThreads = kConsumerThreads + 128;
-  static constexpr int kProducerRegs = 32;
-  static constexpr int kConsumerRegs = 112;
-  static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 96 * kThreads,
-                "setmaxnreg budget: the registers of a 640-thread CTA at 96 per thread");
+  static_assert(STAGES >= indexer::kTileMinStages && STAGES <= indexer::kTileMaxStages, "stages");
+  static constexpr indexer::ScorerLayout kL = indexer::tile_scorer_layout(H, STAGES);
+  static constexpr int kDepth = indexer::kDepth;        // bytes per fp8 row (q head or key)
+  static constexpr int kWgs = indexer::kScorerWarpgroups;
+  static constexpr int kTokPerWg = indexer::kMmaColumns / H;  // N = 128 per consumer warpgroup
+  static constexpr int kBlockQ = kL.block_q;            // tokens per CTA: kWgs x kTokPerWg
+  static_assert(kBlockQ == kWgs * kTokPerWg, "tokens per CTA");
+  static constexpr int kTileKeys = indexer::kTileKeys;  // M of the MMA
+  static constexpr int kConsumerThreads = indexer::kScorerConsumerThreads;
+  // Producer warpgroup and setmaxnreg split: layout.h. Only the producer's first warp works.
+  static constexpr int kThreads = indexer::kScorerThreads;
+  static constexpr int kProducerRegs = indexer::kScorerProducerRegs;
+  static constexpr int kConsumerRegs = indexer::kScorerConsumerRegs;
 
-  static constexpr unsigned kQBytes = kBlockQ * H * kDepth;          // 64 KiB
-  static constexpr unsigned kKTileBytes = kTileKeys * kDepth;        // 8 KiB
-  static constexpr unsigned kOffK = kQBytes;
-  static constexpr unsigned kOffKScale = kOffK + STAGES * kKTileBytes;
-  static constexpr unsigned kOffW = kOffKScale + STAGES * kTileKeys * 4;
-  // Weights per slot: 4 quads x (H/4 + 4) floats; the 4-float pad puts the 4 quads' 16-byte
-  // loads in different banks.
-  static constexpr int kWQuad = H / 4 + 4;
-  static constexpr int kWSlot = 4 * kWQuad;
-  static constexpr unsigned kOffBar = kOffW + kBlockQ * kWSlot * 4;
-  static constexpr unsigned kBytesUsed = kOffBar + 2 * STAGES * 8;
-  static constexpr unsigned kSmemBytes = kBytesUsed + 1024;  // slack to align the base to 1024
+  static constexpr unsigned kKTileBytes = kL.stage_bytes;  // 8 KiB
+  static constexpr unsigned kOffK = kL.off_k;
+  static constexpr unsigned kOffKScale = kL.off_kscale;
+  static constexpr unsigned kOffW = kL.off_w;
+  static constexpr int kWQuad = kL.w_quad;
+  static constexpr int kWSlot = kL.w_slot;
+  static constexpr unsigned kOffFullBar = kL.off_full_bar;
+  static constexpr unsigned kOffEmptyBar = kL.off_empty_bar;
+  static constexpr unsigned kSmemBytes = kL.smem_bytes;
 };
 
 // Four head weights of one thread, loaded with one 16-byte shared-memory access.
@@ -70,8 +65,8 @@ struct alignas(16) Quad {
 // One warpgroup's head reduction of token tt of its N = TOKENS x H columns: lanes of a quad hold
 // the partial sums of key rows row_lo (lo) and row_lo + 8 (hi) over their H/4 heads (in-thread
 // FFMA chains, heads in this order); the two-step reduce-scatter leaves lanes 0, 2 with row_lo's
-// total and lanes 1, 3 with row_lo + 8's. v8 and v10 (scores_sm90_blk.cuh) share it, so their
-// scores are bit-identical.
+// total and lanes 1, 3 with row_lo + 8's. The tile and the persistent scorer
+// (scores_sm90_persistent.cuh) share it, so their scores are bit-identical.
 template <int H, int TOKENS>
 __device__ __forceinline__ float head_sum(const float (&acc)[64], const Quad (&wq)[TOKENS][H / 16], int tt, int odd) {
   float lo = 0.0f, hi = 0.0f;
@@ -96,8 +91,8 @@ __device__ __forceinline__ float head_sum(const float (&acc)[64], const Quad (&w
 }
 
 template <int H, int PAGE_SHIFT, bool CAUSAL, int STAGES>
-__device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
-  using C = ScoresSm90<H, PAGE_SHIFT, CAUSAL, STAGES>;
+__device__ __forceinline__ void scores_sm90_tile(const MlaIndexerScoresArgs& a) {
+  using C = ScoresSm90Tile<H, PAGE_SHIFT, CAUSAL, STAGES>;
   extern __shared__ __align__(1024) u8 smem_raw[];
   // Per token slot of this CTA: sequence, visible keys and validity (computed once).
   __shared__ int s_seq[C::kBlockQ];
@@ -112,8 +107,8 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
   const u32 ks_s = base + C::kOffKScale;
   float* const w_sm = reinterpret_cast<float*>(sbase + C::kOffW);
   const float* const ks_sm = reinterpret_cast<const float*>(sbase + C::kOffKScale);
-  const u32 full_bar = base + C::kOffBar;
-  const u32 empty_bar = full_bar + STAGES * 8;
+  const u32 full_bar = base + C::kOffFullBar;
+  const u32 empty_bar = base + C::kOffEmptyBar;
 
   const int tid = threadIdx.x;
   const long long block_row0 = static_cast<long long>(blockIdx.x) * C::kBlockQ;  // within the chunk
@@ -195,8 +190,8 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
           return r < tile_keys ? row : -1;
         };
         // Keys: lane = 8 x (row of 4) + 16-byte chunk, so one warp instruction copies 4 whole
-        // 128-byte rows (4 coalesced lines). One row per lane and 8 chunks each, as before, made
-        // every instruction touch 32 lines 16 bytes at a time (v2 -> v3 of the scorer).
+        // 128-byte rows (4 coalesced lines). One row per lane and 8 chunks each would make every
+        // instruction touch 32 lines 16 bytes at a time.
         const int chunk = lane & 7;
         if constexpr (PAGE_SHIFT >= 6) {
           const u8* tile_src = a.k_blocks + (page_row < 0 ? 0 : page_row) * C::kDepth + chunk * 16;
@@ -226,10 +221,10 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
         }
         // The tile's full barrier completes when the last lane's copies have landed: each lane's
         // arrival is triggered by the completion of its own cp.asyncs, so a tile is published as
-        // soon as its data is in shared memory. (v1-v7 published tile t only after issuing tile
+        // soon as its data is in shared memory. (Publishing tile t after issuing tile
         // t + STAGES - 2 and a cp.async.wait_group, i.e. when the slowest warpgroup released tile
-        // t - 2: every ring depth left the consumers the same 2-tile lead.) The async-proxy fence
-        // the wgmma reads need is on the consumers' side, after their acquire.
+        // t - 2, would leave the consumers the same 2-tile lead at every ring depth.) The
+        // async-proxy fence the wgmma reads need is on the consumers' side, after their acquire.
         mbar_arrive_cp_async(full_bar + 8 * stage);
         ++issued;
       }
@@ -306,9 +301,10 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
   // Reduces the warpgroup's N = 128 accumulators over heads and stores the scores of its tokens
   // that belong to the tile's segment. Lanes of a quad hold the partial sums of key rows row_lo
   // (lo) and row_lo + 8 (hi); a two-step reduce-scatter leaves lanes 0, 2 with row_lo's total and
-  // lanes 1, 3 with row_lo + 8's, and lanes 0 and 1 store. The per-tile overhead (pointer math,
-  // visibility checks, divergent stores) was ~1/2 of the epilogue's instructions, and the kernel
-  // is issue-bound (v4 -> v5 of the scorer).
+  // lanes 1, 3 with row_lo + 8's, and lanes 0 and 1 store. Tiles below the warpgroup's common
+  // visible prefix skip the per-token checks: the per-tile overhead (pointer math, visibility
+  // checks, divergent stores) would be ~1/2 of the epilogue's instructions, and the kernel is
+  // issue-bound.
   const int odd = quad & 1;
   float* const out_wg = a.scores + (block_row0 + wg * C::kTokPerWg) * a.score_row_stride + row_lo + 8 * odd;
   auto epilogue = [&](const Tile& tl) {
@@ -346,7 +342,7 @@ __device__ __forceinline__ void scores_sm90(const MlaIndexerScoresArgs& a) {
     fence_operands(acc);
     // Every consumer thread releases the slot itself (the barrier counts all of them): its own
     // reads of the tile's scales then precede the producer's overwrite through one
-    // release/acquire pair (compute-sanitizer racecheck composes nothing else; see v1's note).
+    // release/acquire pair (compute-sanitizer racecheck composes nothing else).
     mbar_arrive(empty_bar + 8 * cur.stage);
     epilogue(cur);
     ++consumed;

@@ -1,145 +1,126 @@
 #pragma once
-// Indexer scores on Hopper (sm_90a), v10 / v11: 256-key blocks split across the warpgroups
-// (`params.block_kv` 256, or 0 = the default at page sizes >= 8; block_kv 64, page size 1 and
-// block_kv 0 at pages 2 and 4 run v8, mla_indexer/scores_sm90.cuh).
+// Indexer scores on Hopper (sm_90a), the persistent scorer: 256-key blocks split across the
+// warpgroups, persistent CTAs walking work items, K by TMA at pages >= 8 (`params.block_kv` 256,
+// or 0 = the heuristic's pick at page sizes >= 8; block_kv 64, page size 1 and the heuristic at
+// pages 2 and 4 run the tile scorer, mla_indexer/scores_sm90_tile.cuh). Sizes and offsets:
+// mla_indexer/layout.h.
 //
-// The function is v8's: score[i, j] = k_scale[j] * sum_h relu(q[i,h,:] . k[j,:]) * qs[i,h], with
-// the same wgmma (m64 keys x n128 = 128/H tokens x H heads x k128, K tile = A, Q = B, both
-// K-major with the 128-byte swizzle), the same per-thread head reduction and the same stores, so
-// the scores are bit-identical to v8's. What changes is the split of the work:
+// The function is the tile scorer's: score[i, j] = k_scale[j] * sum_h relu(q[i,h,:] . k[j,:]) *
+// qs[i,h], with the same wgmma (m64 keys x n128 = 128/H tokens x H heads x k128, K tile = A, Q =
+// B, both K-major with the 128-byte swizzle), the same per-thread head reduction and the same
+// stores, so the scores are bit-identical to it. What differs is the split of the work:
 //
-//   v8:  CTA = 4 x (128/H) tokens; every warpgroup has its own Q (B) and all four read the same
-//        64-key K tile; one walk step per 64 keys, shared by 8 tokens (at H 64).
-//   v10: CTA = 128/H tokens (N = 128: one Q tile that all four warpgroups read); a ring stage is
-//        a 256-key block and warpgroup w takes keys [64w, 64w + 64) of it. One walk step per
-//        256 keys; the visibility logic is one compare per step (blocks below the CTA's common
-//        visible prefix store without per-key checks), per-key checks only in boundary blocks.
+//   tile scorer:       CTA = 4 x (128/H) tokens; every warpgroup has its own Q (B) and all four
+//                      read the same 64-key K tile; one walk step per 64 keys.
+//   persistent scorer: CTA = 128/H tokens (N = 128: one Q tile that all four warpgroups read); a
+//                      ring stage is a 256-key block and warpgroup w takes keys [64w, 64w + 64)
+//                      of it. One walk step per 256 keys; the visibility logic is one compare per
+//                      step (blocks below the CTA's common visible prefix store without per-key
+//                      checks), per-key checks only in boundary blocks.
 //
-// Same MMA work and shared-memory operand traffic per MAC as v8 (each warpgroup MMA reads an
-// 8 KiB K quarter and the 16 KiB Q tile); the K cache is streamed once per 128/H tokens instead of
-// once per 4 x 128/H (4x the L2 -> SM bytes of v8, the same as DeepGEMM's sm90 MQA logits, whose
-// layout this is).
+// Same MMA work and shared-memory operand traffic per MAC as the tile scorer (each warpgroup MMA
+// reads an 8 KiB K quarter and the 16 KiB Q tile); the K cache is streamed once per 128/H tokens
+// instead of once per 4 x 128/H (4x the L2 -> SM bytes, the same as DeepGEMM's sm90 MQA logits,
+// whose layout this is).
 //
-// Producer: 4 warps (MJ_IDX10_PRODUCER_WARPS; 1 = one warp for the whole block), warp p gathers
-// quarter p of each block with cp.async (v8's copy pattern: 4 whole 128-byte rows per warp
-// instruction, 128-byte swizzle; one table read per quarter for pages >= 64, per-page lane lookups
-// for pages 2..32; page 1 runs v8) and every producer lane arrives on the block's full barrier
-// with cp.async.mbarrier.arrive.noinc (count 32 x producer warps), as v8 publishes a tile. Quarters that
-// lie wholly past the segment's last visible key are not copied: their warpgroup still runs its
-// MMA on whatever the slot holds (a wgmma under a data-dependent branch is serialized by ptxas,
-// C7520) but stores nothing.
+// Producers: 4 warps (layout.h, kProducerWarps), warp p filling quarter p of each block, by one of
+// three copies:
+//   produce_block_tma        pages >= 64: a page holds whole quarters; one TMA per quarter for its
+//                            K rows (128-byte swizzle) and one for its scales;
+//   produce_block_tma_pages  pages 8..32: one TMA box of `page` rows per page of the quarter, and
+//                            one per page for its scales;
+//   produce_block_cp_async   pages 2 and 4 (boxes of < 8 rows would not fill a 1024-byte swizzle
+//                            atom): cp.async gathers, 4 whole 128-byte rows per warp instruction,
+//                            per-page lane lookups of the table; every producer lane arrives on
+//                            the block's full barrier with cp.async.mbarrier.arrive.noinc.
+// The host encodes the tensor maps (ops/mla_indexer/tma.hpp; box rows min(page, 64)); scales that
+// the TMA cannot address (not 16-byte aligned, or boxes landing off 128-byte boundaries at pages 8
+// and 16) are copied with cp.async. With the TMA the full barrier completes on the bytes and the
+// consumers need no async-proxy fence after their acquire of a block; with cp.async they fence
+// after every acquire. Quarters that lie wholly past the segment's last visible key are not
+// copied: their warpgroup still runs its MMA on whatever the slot holds (a wgmma under a
+// data-dependent branch is serialized by ptxas, C7520) but stores nothing.
 //
 // Work items: (q block of 128/H tokens of the chunk, split of the key range: keys_per_split, a
 // multiple of 256), numbered split-major (item = split * q_blocks + q block). The grid is 1-D and
-// every CTA walks its own static list of items (ScoresSm90Blk::work_item): persistent, grid = one
-// CTA per SM (the default), or grid = items (one item per CTA: v10's launch before the persistent
-// grid). The host picks the grid and the split (src/ops/mla_indexer/plan.hpp, sm90_work). Tokens of
-// one item that belong to different sequences are walked as separate segments over their own keys,
-// as in v8.
+// every CTA walks its own static list of items (ScoresSm90Persistent::work_item): persistent, grid
+// = one CTA per SM (the default), or grid = items (one item per CTA). The host picks the grid and
+// the split (src/ops/mla_indexer/plan.hpp, sm90_work). Tokens of one item that belong to different
+// sequences are walked as separate segments over their own keys, as in the tile scorer.
 //
 // Q is double-buffered across items: the producer, which runs ahead over the K ring, loads the next
-// item's token slots, Q tile and weights into the other buffer before it gathers that item's first
-// K block, and publishes them on the buffer's q_full barrier; the consumers release a buffer on its
-// q_empty barrier after their last block of the item. So a consumer starts an item on a Q that is
-// already there (a cold CTA waited for the token slots' DRAM reads, the Q load and the first K
-// block). The K ring's stage and phase run on across items, as in DeepGEMM's persistent MQA logits.
-//
-// v11 (pages >= 8, MJ_IDX11_TMA 1, the default there): the producer loads each 64-key quarter with
-// one TMA (K rows, 128-byte swizzle) and its scales with another (produce_block_tma), or at pages
-// 8..32 each page of it with one box of `page` rows and one of its scales (produce_block_tma_pages);
-// op.cpp encodes the tensor maps (box rows min(page, 64), ops/mla_indexer/tma.hpp); the full barrier
-// completes on the bytes, and the consumers need no async-proxy fence after their acquire. Same data
-// in the same layout as v10, so the scores are bit-identical; pages 2 and 4 keep v10's producer
-// (produce_block_cp_async: boxes of < 8 rows would not fill a 1024-byte swizzle atom). The
-// item's Q still comes by cp.async (the producer's prologue): with v11 the consumers fence the async
-// proxy once per item, after they acquired its Q buffer, instead of once per block.
+// item's token slots, Q tile and weights into the other buffer (by cp.async) before it gathers that
+// item's first K block, and publishes them on the buffer's q_full barrier; the consumers release a
+// buffer on its q_empty barrier after their last block of the item. So a consumer starts an item on
+// a Q that is already there (a cold CTA would wait for the token slots' DRAM reads, the Q load and
+// the first K block). With the TMA producers the consumers fence the async proxy once per item,
+// after they acquired its Q buffer. The K ring's stage and phase run on across items, as in
+// DeepGEMM's persistent MQA logits.
 #include "common/types.cuh"
 #include "mla_indexer/common.cuh"
-#include "mla_indexer/scores_sm90.cuh"
+#include "mla_indexer/layout.h"
+#include "mla_indexer/scores_sm90_tile.cuh"
 #include "mla_indexer/sm90_primitives.cuh"
-
-// Producer warps of v10 (ScoresSm90Blk::kProducerWarps): 4 (default) or 1 (or 2).
-#ifndef MJ_IDX10_PRODUCER_WARPS
-#define MJ_IDX10_PRODUCER_WARPS 4
-#endif
-
-// v11's TMA producer for pages >= 8: 1 (default) or 0 (v10's cp.async producer and consumer fence,
-// for A/B through MLAJIT_NVRTC_EXTRA_OPTIONS="-DMJ_IDX11_TMA=0"). Pages 2 and 4 always run v10's.
-#ifndef MJ_IDX11_TMA
-#define MJ_IDX11_TMA 1
-#endif
-// Producer warps of v11 (ScoresSm90Blk::kTmaWarps): 4 (default), 2 or 1.
-#ifndef MJ_IDX11_TMA_WARPS
-#define MJ_IDX11_TMA_WARPS 4
-#endif
 
 namespace mj {
 namespace indexer_sm90 {
 
 template <int H, int PAGE_SHIFT, bool CAUSAL, int STAGES>
-struct ScoresSm90Blk {
+struct ScoresSm90Persistent {
   static_assert(H == 32 || H == 64 || H == 128, "heads");
   // 2 x 16 KiB of Q + STAGES x 33 KiB must fit the 227 KiB of a CTA.
-  static_assert(STAGES >= 2 && STAGES <= 5, "stages");
+  static_assert(STAGES >= indexer::kPersistentMinStages && STAGES <= indexer::kPersistentMaxStages, "stages");
   // Page 1 (64 pages per quarter: two table entries per producer lane) is not built; the host runs
-  // v8 for it (plan.hpp).
-  static_assert(PAGE_SHIFT >= 1, "page size >= 2");
-  static constexpr int kDepth = 128;              // bytes per fp8 row (q head or key)
-  static constexpr int kWgs = 4;                  // consumer warpgroups
-  static constexpr int kBlockQ = 128 / H;         // tokens per CTA: N = 128
-  static constexpr int kQuarterKeys = 64;         // M of the MMA: one warpgroup's keys of a block
-  static constexpr int kBlockKeys = kWgs * kQuarterKeys;  // keys per ring stage
-  static constexpr int kConsumerThreads = 128 * kWgs;
-  // Producer warpgroup + setmaxnreg split: as v8 (ScoresSm90 says why).
-  static constexpr int kThreads = kConsumerThreads + 128;
-  // Producer warps of the producer warpgroup; warp p copies quarters p, p + kProducerWarps, ... of
-  // every block. 4 (one quarter each, one warp per SM sub-partition): a block moves 4x v8's K bytes
-  // per MMA, and one warp issuing all of it (~360 instructions per block even with the steady-state
-  // copy path) would load its scheduler with 4 x 213 consumer + 360 instructions per 1024 tensor
-  // cycles; spread, each scheduler issues ~4 x 213 + ~90. 1 = one warp copies the four quarters.
-  static constexpr int kProducerWarps = MJ_IDX10_PRODUCER_WARPS;
-  static_assert(kProducerWarps == 1 || kProducerWarps == 2 || kProducerWarps == 4, "producer warps");
-  // v11: pages >= 64 load each quarter by TMA (64 consecutive cache rows), pages 8..32 each page of
-  // it; MJ_IDX11_TMA 0 builds v10's cp.async producer (A/B). kTmaPageShift: the page shift the TMA
-  // producers are instantiated with (never called below 3).
-  static constexpr bool kTmaBuilt = MJ_IDX11_TMA != 0 && PAGE_SHIFT >= 3;
-  static constexpr int kTmaPageShift = PAGE_SHIFT >= 3 ? PAGE_SHIFT : 6;
-  // v11's producer warps (MJ_IDX11_TMA_WARPS): warp p issues the TMAs of quarters p, p + kTmaWarps,
-  // ... of every block from one elected lane. 4 (default) = one warp per quarter, one per SM
-  // sub-partition: each scheduler issues ~77 producer instructions per block (SASS, H 64, page 64)
-  // next to its 4 x ~203 consumer ones. 1 = one thread issues the whole block, as DeepGEMM: ~160
-  // on one scheduler (the table reads, row math and 8 TMA issues do not shrink 4x), which would
-  // leave that scheduler at v10's ~970 per block.
-  static constexpr int kTmaWarps = MJ_IDX11_TMA_WARPS;
-  static_assert(kTmaWarps == 1 || kTmaWarps == 2 || kTmaWarps == 4, "TMA producer warps");
-  // The producer warps that run (the others leave at once): they copy K and, per work item, load
-  // the token slots, Q tile and weights (barrier counts and the producer's named barrier use it).
-  static constexpr int kLiveProducerWarps = kTmaBuilt ? kTmaWarps : kProducerWarps;
-  static constexpr int kProducerRegs = 32;
-  static constexpr int kConsumerRegs = 112;
-  static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 96 * kThreads,
-                "setmaxnreg budget: the registers of a 640-thread CTA at 96 per thread");
+  // the tile scorer for it (plan.hpp).
+  static_assert(PAGE_SHIFT >= indexer::kPersistentMinPageShift, "page size >= 2");
+  static constexpr indexer::ScorerLayout kL = indexer::persistent_scorer_layout(H, STAGES);
+  static constexpr int kDepth = indexer::kDepth;        // bytes per fp8 row (q head or key)
+  static constexpr int kWgs = indexer::kScorerWarpgroups;
+  static constexpr int kBlockQ = kL.block_q;            // tokens per CTA: N = 128
+  static constexpr int kQuarterKeys = indexer::kQuarterKeys;  // M of the MMA: one warpgroup's keys of a block
+  static constexpr int kBlockKeys = indexer::kBlockKeys;      // keys per ring stage
+  static_assert(kBlockKeys == kL.stage_keys, "keys per ring stage");
+  static constexpr int kConsumerThreads = indexer::kScorerConsumerThreads;
+  // Producer warpgroup and setmaxnreg split: layout.h.
+  static constexpr int kThreads = indexer::kScorerThreads;
+  // Producer warps of the producer warpgroup (the others leave at once); warp p copies quarter p of
+  // every block, one warp per SM sub-partition. A block moves 4x the tile scorer's K bytes per MMA:
+  // one warp issuing all of it would load its scheduler with ~360 (cp.async) or ~160 (TMA: the
+  // table reads, row math and TMA issues do not shrink 4x) producer instructions per block next to
+  // its 4 x ~210 consumer ones; spread, each scheduler issues ~90 (cp.async) or ~77 (TMA, H 64,
+  // page 64). They also load, per work item, the token slots, Q tile and weights (barrier counts
+  // and the producer's named barrier use the count).
+  static constexpr int kProducerWarps = indexer::kProducerWarps;
+  static_assert(kWgs % kProducerWarps == 0, "whole quarters per producer warp");
+  // The TMA producers (pages >= 8). kTmaPageShift: the page shift the TMA producers are
+  // instantiated with (never called below 3).
+  static constexpr bool kTmaBuilt = PAGE_SHIFT >= indexer::kTmaMinPageShift;
+  static constexpr int kTmaPageShift = PAGE_SHIFT >= indexer::kTmaMinPageShift ? PAGE_SHIFT : 6;
+  static constexpr int kProducerRegs = indexer::kScorerProducerRegs;
+  static constexpr int kConsumerRegs = indexer::kScorerConsumerRegs;
 
-  static constexpr int kQBufs = 2;  // Q (and weights, token slots) of the current and the next item
-  static constexpr unsigned kQBytes = kBlockQ * H * kDepth;                  // 16 KiB per buffer
+  static constexpr int kQBufs = kL.q_bufs;  // Q (and weights, token slots) of the current and the next item
+  static constexpr unsigned kQBytes = kL.q_bytes;                            // 16 KiB per buffer
   static constexpr unsigned kQuarterBytes = kQuarterKeys * kDepth;           // 8 KiB
-  static constexpr unsigned kStageBytes = kBlockKeys * kDepth;               // 32 KiB
-  static constexpr unsigned kOffK = kQBufs * kQBytes;
-  static constexpr unsigned kOffKScale = kOffK + STAGES * kStageBytes;
-  static constexpr unsigned kOffW = kOffKScale + STAGES * kBlockKeys * 4;
-  // Weights per token slot: 4 quads x (H/4 + 4) floats, v8's padded layout.
-  static constexpr int kWQuad = H / 4 + 4;
-  static constexpr int kWSlot = 4 * kWQuad;
-  static constexpr int kWFloats = kBlockQ * kWSlot;  // one buffer's weights
+  static constexpr unsigned kStageBytes = kL.stage_bytes;                    // 32 KiB
+  static constexpr unsigned kOffK = kL.off_k;
+  static constexpr unsigned kOffKScale = kL.off_kscale;
+  static constexpr unsigned kOffW = kL.off_w;
+  // Weights per token slot: 4 quads x (H/4 + 4) floats, the tile scorer's padded layout.
+  static constexpr int kWQuad = kL.w_quad;
+  static constexpr int kWSlot = kL.w_slot;
+  static constexpr int kWFloats = kL.w_floats;  // one buffer's weights
   // Barriers: full[STAGES], empty[STAGES], q_full[kQBufs], q_empty[kQBufs].
-  static constexpr unsigned kOffBar = kOffW + kQBufs * kWFloats * 4;
-  static constexpr unsigned kBytesUsed = kOffBar + (2 * STAGES + 2 * kQBufs) * 8;
-  static constexpr unsigned kSmemBytes = kBytesUsed + 1024;  // slack to align the base to 1024
-  static_assert(kSmemBytes <= 227u * 1024u, "shared memory of one CTA");
+  static constexpr unsigned kOffFullBar = kL.off_full_bar;
+  static constexpr unsigned kOffEmptyBar = kL.off_empty_bar;
+  static constexpr unsigned kOffQFullBar = kL.off_q_full_bar;
+  static constexpr unsigned kOffQEmptyBar = kL.off_q_empty_bar;
+  static constexpr unsigned kSmemBytes = kL.smem_bytes;
+  static_assert(kSmemBytes <= indexer::kMaxSmemBytes, "shared memory of one CTA");
   // Stage s's K quarter w starts kOffK + s * kStageBytes + w * kQuarterBytes: 1024-byte aligned, as
   // the swizzled descriptor needs, and a descriptor moves by (bytes >> 4) in its address field.
   static_assert(kQBytes % 1024 == 0 && kStageBytes % 1024 == 0 && kQuarterBytes % 1024 == 0, "swizzle alignment");
-  static_assert(kOffBar % 8 == 0, "barrier alignment");
+  static_assert(kOffFullBar % 8 == 0, "barrier alignment");
 
   // The k-th work item (k = 0, 1, ...) of this CTA: false past its last one, else the item's first
   // row within the chunk and first key. Items are numbered split-major (item = split * q_blocks +
@@ -147,7 +128,7 @@ struct ScoresSm90Blk {
   // last) and dealt to the CTAs in rounds of gridDim.x, alternating direction (round k even: CTA c
   // takes item k G + c; odd: k G + G - 1 - c), so that work that grows or shrinks along the item
   // order (causal rows without a cache) evens out over pairs of rounds. With grid = items every
-  // CTA has exactly item blockIdx.x: v10's 2-D launch in the same order. The host sizes the grid
+  // CTA has exactly item blockIdx.x. The host sizes the grid
   // and the split (plan.hpp, sm90_work) with the same counts.
   static MJ_DEVICE bool work_item(const MlaIndexerScoresArgs& a, u32 k, long long& row0, int& split_lo) {
     const long long q_blocks = (a.chunk_rows + kBlockQ - 1) / kBlockQ;
@@ -169,15 +150,16 @@ MJ_DEVICE float lds_f32(u32 addr) {
   return v;
 }
 
-// v10's copy of one 256-key block (cp.async; every page size >= 2): producer warp pw gathers quarters
-// pw, pw + kProducerWarps, ... into the stage at kdst_block (K) and sdst_block (scales), then every
-// lane arrives on the stage's full barrier when its copies have landed. cp.async writes through
-// the generic proxy: the consumers fence the async proxy after their acquire.
+// The cp.async copy of one 256-key block (builds at every page size >= 2; runs at pages 2 and 4):
+// producer warp pw gathers quarters pw, pw + kProducerWarps, ... into the stage at kdst_block (K)
+// and sdst_block (scales), then every lane arrives on the stage's full barrier when its copies have
+// landed. cp.async writes through the generic proxy: the consumers fence the async proxy after
+// their acquire.
 template <class C, int PAGE_SHIFT>
 MJ_DEVICE void produce_block_cp_async(const MlaIndexerScoresArgs& a, int b, long long kv0, long long kv_hi,
                                       u32 kdst_block, u32 sdst_block, u32 full_bar, u32 empty_bar, u32 phase, int pw,
                                       int lane) {
-  const int chunk = lane & 7, lr = lane >> 3;  // 16-byte chunk of a row, row of 4 (v8's copy pattern)
+  const int chunk = lane & 7, lr = lane >> 3;  // 16-byte chunk of a row, row of 4 (the tile scorer's copy pattern)
   mbar_wait(empty_bar, phase ^ 1u);
 #pragma unroll 1
   for (int qtr = pw; qtr < C::kWgs; qtr += C::kProducerWarps) {
@@ -196,8 +178,9 @@ MJ_DEVICE void produce_block_cp_async(const MlaIndexerScoresArgs& a, int b, long
       if (mapped && quarter_keys == C::kQuarterKeys) {
         // Steady state. Lane row lr copies rows 4 it + lr, whose swizzle phase (r & 7)
         // alternates between lr and lr + 4: two destination bases and immediate offsets
-        // address all 16 copies. (v8's loop, below, spends ~15 instructions per copy on the
-        // per-row address, predicate and size; v10 moves 4x v8's K bytes per MMA.)
+        // address all 16 copies. (The boundary loop, below, spends ~15 instructions per copy on
+        // the per-row address, predicate and size, and this scorer moves 4x the tile scorer's K
+        // bytes per MMA.)
         const u8* src = a.k_blocks + (row0 + lr) * C::kDepth + chunk * 16;
         const u32 d_even = kdst + lr * 128 + ((chunk ^ lr) << 4);
         const u32 d_odd = kdst + (lr + 4) * 128 + ((chunk ^ (lr + 4)) << 4);
@@ -227,9 +210,9 @@ MJ_DEVICE void produce_block_cp_async(const MlaIndexerScoresArgs& a, int b, long
         }
       }
     } else {
-      // Pages of 2..32 keys (v8's per-page lane lookups): lane l reads the table entry of the
-      // quarter's page l once, and every row takes its page's block from that lane by a
-      // shuffle (per-row table reads were 2.6x slower at page 16 in v5). 32-bit block ids, not
+      // Pages of 2..32 keys (the tile scorer's per-page lane lookups): lane l reads the table entry
+      // of the quarter's page l once, and every row takes its page's block from that lane by a
+      // shuffle (per-row table reads were 2.6x slower at page 16). 32-bit block ids, not
       // 64-bit rows: with rows the producer spilled at its 32 registers.
       constexpr int kPageShift = PAGE_SHIFT < 6 ? PAGE_SHIFT : 0;
       constexpr int kPagesPerQuarter = C::kQuarterKeys >> kPageShift;
@@ -251,7 +234,8 @@ MJ_DEVICE void produce_block_cp_async(const MlaIndexerScoresArgs& a, int b, long
                                                   (r & ((1 << kPageShift) - 1));
         return r < quarter_keys ? row : -1;
       };
-      // Unrolled by 4 (v8) the loop's hoisted per-row shuffle lanes and offsets spilled at 32
+      // Unrolled by 4 (as in the tile scorer) the loop's hoisted per-row shuffle lanes and offsets
+      // spilled at 32
       // registers; by 2 page 2 still spilled 4 bytes.
       constexpr int kUnroll = PAGE_SHIFT <= 1 ? 1 : 2;
 #pragma unroll kUnroll
@@ -272,14 +256,14 @@ MJ_DEVICE void produce_block_cp_async(const MlaIndexerScoresArgs& a, int b, long
   }
   // This warp's share of the block is published when its copies have landed (a warp with no
   // quarter to copy arrives at once); the block is complete when every producer lane arrived.
-  // The consumers fence the async proxy after their acquire (v8's protocol).
+  // The consumers fence the async proxy after their acquire (the tile scorer's protocol).
   mbar_arrive_cp_async(full_bar);
 }
 
 // What both TMA producers need of a block: its first key, the quarters holding keys of the
 // segment (all 4 of a whole block; quarters wholly past kv_hi are not copied), the table length and
 // the block count clamped to 32 bits (keys and cache rows fit 31 bits: op.cpp checks both), and
-// (copied) how many of those quarters producer warp pw issues (pw, pw + kTmaWarps, ...).
+// (copied) how many of those quarters producer warp pw issues (pw, pw + kProducerWarps, ...).
 template <class C>
 struct TmaBlockSpan {
   int key0, quarters, pages;
@@ -291,10 +275,10 @@ struct TmaBlockSpan {
     pages = a.pages_per_seq < 0x7fffffff ? static_cast<int>(a.pages_per_seq) : 0x7fffffff;
     blocks = a.num_blocks < 0xffffffffLL ? static_cast<u32>(a.num_blocks) : 0xffffffffu;
   }
-  MJ_DEVICE int copied(int pw) const { return quarters > pw ? (quarters - pw + C::kTmaWarps - 1) / C::kTmaWarps : 0; }
+  MJ_DEVICE int copied(int pw) const { return quarters > pw ? (quarters - pw + C::kProducerWarps - 1) / C::kProducerWarps : 0; }
 };
 
-// v11's copy of one 256-key block at pages of 8, 16 or 32 keys (v12): a quarter is 64 / page
+// The TMA copy of one 256-key block at pages of 8, 16 or 32 keys: a quarter is 64 / page
 // pages, each `page` consecutive cache rows, and each page is one TMA box (page rows x 128 B,
 // 128-byte swizzle; the host encodes the maps with box rows = the page size, tma.hpp). Box i of
 // quarter q lands at the quarter's base + i * page * 128: 1024-byte aligned for page >= 8, and the
@@ -319,7 +303,7 @@ MJ_DEVICE void produce_block_tma_pages(const MlaIndexerScoresArgs& a, const unsi
                                        u32 sdst_block, u32 full_bar, u32 empty_bar, u32 phase, int pw, int lane,
                                        bool scales_by_tma) {
   static_assert(PAGE_SHIFT >= 3 && PAGE_SHIFT < 6, "pages of 8..32 keys");
-  constexpr int kMine = C::kWgs / C::kTmaWarps;  // quarters per warp
+  constexpr int kMine = C::kWgs / C::kProducerWarps;  // quarters per warp
   constexpr int kPage = 1 << PAGE_SHIFT;
   constexpr int kBoxes = C::kQuarterKeys / kPage;  // boxes (pages) per quarter
   static_assert(kMine * kBoxes <= 32, "one box per lane");
@@ -330,7 +314,7 @@ MJ_DEVICE void produce_block_tma_pages(const MlaIndexerScoresArgs& a, const unsi
   const u32 blocks = span.blocks;
   // This lane's box: quarter qtr (the j-th of the warp), box i of it.
   const int j = lane / kBoxes, i = lane % kBoxes;
-  const int qtr = pw + j * C::kTmaWarps;
+  const int qtr = pw + j * C::kProducerWarps;
   const bool mine = j < kMine && qtr < quarters;
   const int page = ((key0 + qtr * C::kQuarterKeys) >> PAGE_SHIFT) + i;
   // Read before the wait for the stage so that the latency overlaps it.
@@ -350,7 +334,7 @@ MJ_DEVICE void produce_block_tma_pages(const MlaIndexerScoresArgs& a, const unsi
   // own lanes, the non-uniform operands made ptxas loop over the lanes, ~8 instructions per box).
 #pragma unroll
   for (int jj = 0; jj < kMine; ++jj) {
-    const int q = pw + jj * C::kTmaWarps;
+    const int q = pw + jj * C::kProducerWarps;
     if (q < quarters) {
 #pragma unroll
       for (int ii = 0; ii < kBoxes; ++ii) {
@@ -366,7 +350,7 @@ MJ_DEVICE void produce_block_tma_pages(const MlaIndexerScoresArgs& a, const unsi
   if (!scales_by_tma) {
 #pragma unroll
     for (int jj = 0; jj < kMine; ++jj) {
-      const int q = pw + jj * C::kTmaWarps;
+      const int q = pw + jj * C::kProducerWarps;
 #pragma unroll
       for (int rr = 0; rr < 2; ++rr) {
         const int r = lane + 32 * rr;  // row of the quarter
@@ -383,20 +367,20 @@ MJ_DEVICE void produce_block_tma_pages(const MlaIndexerScoresArgs& a, const unsi
   }
 }
 
-// v11's copy of one 256-key block (pages >= 64: a page holds every 64-key quarter it starts, so a
-// quarter is 64 consecutive cache rows). Producer warp pw takes quarters pw, pw + kTmaWarps, ...:
+// The TMA copy of one 256-key block at pages >= 64 (a page holds every 64-key quarter it starts,
+// so a quarter is 64 consecutive cache rows). Producer warp pw takes quarters pw, pw + kProducerWarps, ...:
 // one elected lane issues one TMA per quarter for its K rows (box 64 rows x 128 B, 128-byte
 // swizzle: the 16-byte chunk c of row r lands at (c ^ (r & 7)) << 4 in the 1024-byte aligned
 // quarter, the layout the wgmma descriptors read) and, with `scales_by_tma`, one for its 64 scales,
-// and arrives on the stage's full barrier with the bytes it issued (count kTmaWarps). Without
+// and arrives on the stage's full barrier with the bytes it issued (count kProducerWarps). Without
 // `scales_by_tma` (the scales are not 16-byte aligned) the warp's 32 lanes copy its quarters'
-// scales with cp.async and arrive when they land (count kTmaWarps x 33).
+// scales with cp.async and arrive when they land (count kProducerWarps x 33).
 //
 // No consumer fence either way: the wgmma reads K, written by the TMA through the async proxy and
 // published by the barrier's transactions; the scales are read with ld.shared (generic proxy),
 // ordered after their writes (TMA or cp.async) by the barrier's completion.
 //
-// Quarters wholly past the segment's keys are not copied (as in v10; their warpgroup stores
+// Quarters wholly past the segment's keys are not copied (as by the cp.async copy; their warpgroup stores
 // nothing); boundary quarters are copied whole (the page holds the rows; keys past the segment are
 // not stored). An unmapped quarter (page past the table, block id out of range) is loaded from
 // rows [-64, 0), wholly outside both tensors: the TMA fills the box with zeros and still counts its
@@ -407,9 +391,9 @@ MJ_DEVICE void produce_block_tma(const MlaIndexerScoresArgs& a, const unsigned* 
                                  const void* scale_map, long long kv0, long long kv_hi, u32 kdst_block, u32 sdst_block,
                                  u32 full_bar, u32 empty_bar, u32 phase, int pw, int lane, bool scales_by_tma) {
   static_assert(PAGE_SHIFT >= 6, "a quarter within one page");
-  constexpr int kMine = C::kWgs / C::kTmaWarps;  // quarters per warp
+  constexpr int kMine = C::kWgs / C::kProducerWarps;  // quarters per warp
   constexpr u32 kScaleBytes = C::kQuarterKeys * 4;
-  // Keys fit 31 bits (op.cpp), and so do cache rows (op.cpp checks the row count for v11): 32-bit
+  // Keys fit 31 bits (op.cpp), and so do cache rows (op.cpp checks the row count, tma.cpp): 32-bit
   // math (the uniform datapath's 64-bit multiplies and compares cost ~3x).
   const TmaBlockSpan<C> span(a, kv0, kv_hi);
   const int key0 = span.key0, quarters = span.quarters, pages = span.pages;
@@ -420,7 +404,7 @@ MJ_DEVICE void produce_block_tma(const MlaIndexerScoresArgs& a, const unsigned* 
   u32 blk[kMine];
 #pragma unroll
   for (int j = 0; j < kMine; ++j) {
-    const int qtr = pw + j * C::kTmaWarps;
+    const int qtr = pw + j * C::kProducerWarps;
     const int page = (key0 + qtr * C::kQuarterKeys) >> PAGE_SHIFT;
     blk[j] = qtr < quarters && page < pages ? __ldg(lut + page) : kNoBlock;
   }
@@ -429,7 +413,7 @@ MJ_DEVICE void produce_block_tma(const MlaIndexerScoresArgs& a, const unsigned* 
   int row0[kMine];
 #pragma unroll
   for (int j = 0; j < kMine; ++j) {
-    const int qtr = pw + j * C::kTmaWarps;
+    const int qtr = pw + j * C::kProducerWarps;
     const u32 in_page = static_cast<u32>(key0 + qtr * C::kQuarterKeys) & ((1u << PAGE_SHIFT) - 1u);
     row0[j] = blk[j] < blocks ? static_cast<int>(blk[j] * static_cast<u32>(a.block_row_stride) +
                                                  static_cast<u32>(a.layer_row_offset) + in_page)
@@ -440,13 +424,13 @@ MJ_DEVICE void produce_block_tma(const MlaIndexerScoresArgs& a, const unsigned* 
     mbar_arrive_expect_tx(full_bar, copied * (C::kQuarterBytes + (scales_by_tma ? kScaleBytes : 0u)));
 #pragma unroll
     for (int j = 0; j < kMine; ++j) {
-      const int qtr = pw + j * C::kTmaWarps;
+      const int qtr = pw + j * C::kProducerWarps;
       if (qtr < quarters) tma_load_2d(kdst_block + qtr * C::kQuarterBytes, k_map, 0, row0[j], full_bar);
     }
     if (scales_by_tma) {
 #pragma unroll
       for (int j = 0; j < kMine; ++j) {
-        const int qtr = pw + j * C::kTmaWarps;
+        const int qtr = pw + j * C::kProducerWarps;
         if (qtr < quarters) tma_load_1d(sdst_block + qtr * kScaleBytes, scale_map, row0[j], full_bar);
       }
     }
@@ -454,7 +438,7 @@ MJ_DEVICE void produce_block_tma(const MlaIndexerScoresArgs& a, const unsigned* 
   if (!scales_by_tma) {
 #pragma unroll
     for (int j = 0; j < kMine; ++j) {
-      const int qtr = pw + j * C::kTmaWarps;
+      const int qtr = pw + j * C::kProducerWarps;
       if (qtr < quarters) {
 #pragma unroll
         for (int rr = 0; rr < 2; ++rr) {
@@ -470,8 +454,8 @@ MJ_DEVICE void produce_block_tma(const MlaIndexerScoresArgs& a, const unsigned* 
 }
 
 template <int H, int PAGE_SHIFT, bool CAUSAL, int STAGES>
-__device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
-  using C = ScoresSm90Blk<H, PAGE_SHIFT, CAUSAL, STAGES>;
+__device__ __forceinline__ void scores_sm90_persistent(const MlaIndexerScoresArgs& a) {
+  using C = ScoresSm90Persistent<H, PAGE_SHIFT, CAUSAL, STAGES>;
   extern __shared__ __align__(1024) u8 smem_raw[];
   // Per token slot of an item: sequence, visible keys and validity; one set per Q buffer (slot s of
   // buffer q at [q * kBlockQ + s]).
@@ -490,28 +474,28 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
   const u32 k_s = base + C::kOffK;
   const u32 ks_s = base + C::kOffKScale;
   float* const w_sm = reinterpret_cast<float*>(sbase + C::kOffW);
-  const u32 full_bar = base + C::kOffBar;
-  const u32 empty_bar = full_bar + STAGES * 8;
-  const u32 q_full_bar = empty_bar + STAGES * 8;
-  const u32 q_empty_bar = q_full_bar + C::kQBufs * 8;
+  const u32 full_bar = base + C::kOffFullBar;
+  const u32 empty_bar = base + C::kOffEmptyBar;
+  const u32 q_full_bar = base + C::kOffQFullBar;
+  const u32 q_empty_bar = base + C::kOffQEmptyBar;
 
-  // v11 (TMA producer) when built for this page size (the host then always encodes the K map); its
+  // The TMA producers when built for this page size (the host then always encodes the K map); the
   // scales come by TMA too when the host could encode their map.
   constexpr bool tma = C::kTmaBuilt;
   const bool scales_by_tma = a.scales_by_tma != 0;
   const int tid = threadIdx.x;
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      // v10: every producer lane arrives after its copies landed; v11: each TMA warp's elected lane
-      // arrives once and the bytes complete the phase (plus the warp's 32 lanes when they copy the
-      // scales with cp.async).
-      mbar_init(full_bar + 8 * s, !tma ? 32u * C::kProducerWarps : (scales_by_tma ? 1u : 33u) * C::kTmaWarps);
+      // cp.async: every producer lane arrives after its copies landed; TMA: each producer warp's
+      // elected lane arrives once and the bytes complete the phase (plus the warp's 32 lanes when
+      // they copy the scales with cp.async).
+      mbar_init(full_bar + 8 * s, !tma ? 32u * C::kProducerWarps : (scales_by_tma ? 1u : 33u) * C::kProducerWarps);
       mbar_init(empty_bar + 8 * s, C::kConsumerThreads);  // every consumer thread arrives
     }
     for (int q = 0; q < C::kQBufs; ++q) {
       // Every producer lane arrives twice: once when its Q copies landed (cp.async), once after its
       // stores of the weights and token slots (a release).
-      mbar_init(q_full_bar + 8 * q, 2 * 32 * C::kLiveProducerWarps);
+      mbar_init(q_full_bar + 8 * q, 2 * 32 * C::kProducerWarps);
       mbar_init(q_empty_bar + 8 * q, C::kConsumerThreads);  // every consumer thread arrives
     }
     mbar_init_fence();  // the cp.async arrivals and the TMA transactions come through the async unit
@@ -553,13 +537,12 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
   if (warp >= C::kConsumerThreads / 32) {
     // ---------------- producer warps: paged gathers of 256-key blocks ----------------
     sm90::setmaxnreg_dec<C::kProducerRegs>();
-    // Producer warp pw copies quarters pw, pw + P, ... of each block (P = kProducerWarps in v10,
-    // kTmaWarps in v11). Read back from lane 0 so that the compiler knows it is warp-uniform: the
+    // Producer warp pw copies quarters pw, pw + kProducerWarps, ... of each block. Read back from lane 0 so that the compiler knows it is warp-uniform: the
     // quarter's state then lives in uniform registers (computed per thread, it spilled ~100 bytes
     // at the producer's 32 registers).
     const int pw = __shfl_sync(0xffffffffu, warp - C::kConsumerThreads / 32, 0);
-    if (pw >= C::kLiveProducerWarps) return;
-    // v11: the tensor maps' generic addresses in parameter space; their descriptors prefetched.
+    if (pw >= C::kProducerWarps) return;
+    // TMA: the tensor maps' generic addresses in parameter space; their descriptors prefetched.
     const void* const k_map = &a.k_map;
     const void* const scale_map = &a.scale_map;
     if (tma && lane == 0) {
@@ -581,7 +564,7 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
       cur = item;
       // Every producer warp is past the previous item, so none still reads the token slots of item
       // - 2, which this buffer held.
-      sm90::named_bar_sync(2, 32 * C::kLiveProducerWarps);
+      sm90::named_bar_sync(2, 32 * C::kProducerWarps);
       // The consumers are done with item - 2's Q tile, weights and slots.
       if (item >= 2) mbar_wait(q_empty_bar + 8 * buf, ((item >> 1) - 1) & 1u);
       const int sb = static_cast<int>(buf) * C::kBlockQ;
@@ -593,11 +576,11 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
         }
       }
       load_q_and_weights<C::kBlockQ, H, C::kWQuad>(a, row0, q_s + buf * C::kQBytes, w_sm + buf * C::kWFloats,
-                                                   tid - C::kConsumerThreads, 32 * C::kLiveProducerWarps);
+                                                   tid - C::kConsumerThreads, 32 * C::kProducerWarps);
       mbar_arrive_cp_async(q_full_bar + 8 * buf);  // when this lane's Q copies landed
       mbar_arrive(q_full_bar + 8 * buf);           // releases its weight and slot stores
       // The slots are visible to every producer warp.
-      sm90::named_bar_sync(2, 32 * C::kLiveProducerWarps);
+      sm90::named_bar_sync(2, 32 * C::kProducerWarps);
       return true;
     };
     // The next segment of the current item, else the first segment of the next item that has one
@@ -614,7 +597,8 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
     for (bool have = next_work(true); have; have = next_work(false)) {
       const int b = s_seq[static_cast<int>(item & 1u) * C::kBlockQ + s0];
       const long long split_lo = s_split_lo[item & 1u];
-      // v11's row of the lookup table (opaque: the per-quarter page offsets are then one add each).
+      // The TMA producers' row of the lookup table (opaque: the per-quarter page offsets are then
+      // one add each).
       const unsigned* const lut = opaque_ptr(a.lookup_table + static_cast<long long>(b) * a.pages_per_seq);
       for (long long kv0 = split_lo; kv0 < kv_hi; kv0 += C::kBlockKeys) {
         const u32 kdst_block = k_s + stage * C::kStageBytes;
@@ -622,11 +606,11 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
         if constexpr (tma && C::kTmaPageShift < 6)
           produce_block_tma_pages<C, C::kTmaPageShift>(a, lut, k_map, scale_map, kv0, kv_hi, kdst_block, sdst_block,
                                                        full_bar + 8 * stage, empty_bar + 8 * stage, phase,
-                                                       C::kTmaWarps == 1 ? 0 : pw, lane, scales_by_tma);
+                                                       pw, lane, scales_by_tma);
         else if constexpr (tma)
           produce_block_tma<C, C::kTmaPageShift>(a, lut, k_map, scale_map, kv0, kv_hi, kdst_block, sdst_block,
                                                  full_bar + 8 * stage, empty_bar + 8 * stage, phase,
-                                                 C::kTmaWarps == 1 ? 0 : pw, lane, scales_by_tma);
+                                                 pw, lane, scales_by_tma);
         else
           produce_block_cp_async<C, PAGE_SHIFT>(a, b, kv0, kv_hi, kdst_block, sdst_block, full_bar + 8 * stage,
                                                 empty_bar + 8 * stage, phase, pw, lane);
@@ -645,7 +629,7 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
   // ---------------- consumer warpgroups: per item MMA + head reduction + stores ----------------
   // Per block: wait for it, issue the warpgroup's N = 128 MMA on its quarter, wait, release the
   // stage, reduce and store. The overlap of one warpgroup's epilogue with MMAs comes from the other
-  // three, as in v8.
+  // three, as in the tile scorer.
   sm90::setmaxnreg_inc<C::kConsumerRegs>();
   // Read back from lane 0 so that the compiler knows it is warp-uniform: the descriptors and the
   // quarter's key offset then live in uniform registers, which the 112-register budget needs (with
@@ -675,9 +659,9 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
   auto mma_block = [&]() -> float {
     const u32 off8 = ring & 0xffffu;
     mbar_wait(full_bar + off8, ring >> 31);
-    // cp.async (v10) wrote the block (and the item's Q) through the generic proxy; the wgmma reads
-    // them through the async one. The TMA (v11) wrote K through the async proxy (produce_block_tma);
-    // v11 fences for Q after the item's q_full acquire.
+    // cp.async wrote the block (and the item's Q) through the generic proxy; the wgmma reads them
+    // through the async one. The TMA wrote K through the async proxy (produce_block_tma*); the
+    // TMA build fences for Q after the item's q_full acquire.
     if constexpr (!tma) fence_proxy_async_smem();
     const float ks = lds_f32(ks_thr + off8 * (C::kBlockKeys * 4 / 8));
     // The stage and k-step offsets only move the start address (bits 0-13, addresses < 256 KiB never
@@ -712,8 +696,8 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
     // The item's token slots, Q tile and weights (the producer loaded them ahead).
     mbar_wait(q_full_bar + 8 * buf, (item >> 1) & 1u);
     // The producer wrote Q with cp.async (generic proxy); the wgmma reads it through the async one.
-    // v10 fences after every block's acquire (mma_block), which covers Q; v11's blocks need no fence,
-    // so Q gets its own here, once per item.
+    // The cp.async build fences after every block's acquire (mma_block), which covers Q; the TMA
+    // build's blocks need no fence, so Q gets its own here, once per item.
     if constexpr (tma) fence_proxy_async_smem();
     // The buffer offset only moves the start address (bits 0-13, no carry out of them).
     desc_b = desc_b0 + buf * (C::kQBytes / 16);
@@ -761,8 +745,8 @@ __device__ __forceinline__ void scores_sm90_blk(const MlaIndexerScoresArgs& a) {
       }
       // Boundary blocks (other warpgroups may still be in the steady loop for the same block: the
       // loops differ per warpgroup only in where they switch, not in the blocks they consume). Store
-      // the keys each token of the segment sees: v8 never writes a key at or past a token's visible
-      // count. A quarter wholly past the segment's keys was not copied and stores nothing. The end of
+      // the keys each token of the segment sees: no scorer writes a key at or past a token's
+      // visible count. A quarter wholly past the segment's keys was not copied and stores nothing. The end of
       // the segment's keys (kv_hi, as next_segment computed it) is read again from shared memory
       // rather than kept through the steady loop: at H 32 (4 tokens) that register spilled.
       long long seg_vis = 0;
