@@ -12,7 +12,8 @@
 // The FP8-math mode (qk_math fp8: e4m3 Q, K and P on FP8 tensor cores, Hopper only) runs the same
 // data and checks with bounds of its own: ref::fp8_math_bounds (relative Frobenius, cosine and lse,
 // by softmax scale) in src/reference/sparse_prefill_ref.hpp, set from GPU measurements
-// (docs/ops/sparse_prefill.md, "Accuracy by mode"); they are shared with `mlajit check`. Every FP8-math case prints its measured values next to the bounds.
+// (docs/ops/sparse_prefill.md, "Accuracy by mode"); they are shared with `mlajit check`. Every
+// FP8-math case prints its measured values next to the bounds.
 #include <doctest/doctest.h>
 
 #include <algorithm>
