@@ -37,7 +37,8 @@ def main():
     cache_lengths = torch.tensor(cached, dtype=torch.int64).to(torch.uint32).to(dev)
     pages = -(-max(c + n for c, n in zip(cached, new)) // PAGE)
     num_blocks = B * pages + 4
-    lut = torch.randperm(num_blocks, device=dev)[: B * pages].reshape(B, pages).to(torch.uint32)
+    perm = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(0))[: B * pages].reshape(B, pages)
+    lut = perm.to(torch.uint32).to(dev)                # u32 tensors are made on the host, then moved
 
     # Paged caches [num_blocks, kv_dim, num_layers, page_size, num_heads, head_size]; the history is random.
     k_cache = (torch.randn(num_blocks, 1, LAYERS, PAGE, 1, 128, generator=g, device=dev) * 0.3).to(torch.float8_e4m3fn)
@@ -57,7 +58,7 @@ def main():
     mlajit.ops.kv_cache_store(KV_STORE, x_kv, offsets, kv_cache, lut, cache_lengths, layer_idx=LAYER)
     idx = mlajit.ops.mla_indexer(INDEXER, q_idx, w_idx, offsets, k_cache, k_scales, lut, cache_lengths,
                                  layer_idx=LAYER, max_keys_per_seq=max_keys)       # i32[T, 2048], -1 = no key
-    topk_lengths = torch.full((T,), TOP_K, dtype=torch.int64, device=dev).to(torch.uint32)
+    topk_lengths = torch.full((T,), TOP_K, dtype=torch.int64).to(torch.uint32).to(dev)
     scale = 576 ** -0.5
     out, lse = mlajit.ops.sparse_prefill(PREFILL, q, kv_cache, idx, topk_lengths,  # i32 indices taken as they are
                                          softmax_scale=scale, layer_idx=LAYER)
@@ -66,22 +67,24 @@ def main():
 
     # ---- check a few tokens against plain torch ------------------------------------------------
     seq_of = [b for b in range(B) for _ in range(new[b])]
+    lut_l = perm.to(dev)                                          # int64 copy of the table
+    k_l = k_cache[:, 0, LAYER, :, 0].double()                     # [num_blocks, page, 128]
+    ks_l = k_scales[:, 0, LAYER, :, 0, 0].double()                # [num_blocks, page]
+    kv_l = kv_cache[:, 0, LAYER, :, 0].double()                   # [num_blocks, page, 576]
     worst_overlap, worst_err = 1.0, 0.0
     for t in [0, new[0] - 1, new[0], T - 1]:
         b, i = seq_of[t], t - (new[0] if seq_of[t] else 0)
         visible = cached[b] + i + 1                                 # causal
         pos = torch.arange(visible, device=dev)
-        enc = lut[b, pos // PAGE].long() * PAGE + pos % PAGE        # encoded index of each visible key
+        enc = lut_l[b, pos // PAGE] * PAGE + pos % PAGE             # encoded index of each visible key
         blk, off = enc // PAGE, enc % PAGE
-        k = k_cache[blk, 0, LAYER, off, 0].float()                  # [visible, 128]
-        ks = k_scales[blk, 0, LAYER, off, 0, 0]
-        s = ks * (torch.relu(q_idx[t].float() @ k.T) * w_idx[t, :, None]).sum(0)
+        s = ks_l[blk, off] * (torch.relu(q_idx[t].double() @ k_l[blk, off].T) * w_idx[t, :, None].double()).sum(0)
         want = set(enc[torch.topk(s, min(TOP_K, visible)).indices].tolist())
         got = set(v for v in idx[t].tolist() if v >= 0)
         worst_overlap = min(worst_overlap, len(want & got) / len(want))   # fp8 near-ties may swap
 
         sel = idx[t][idx[t] >= 0].long()
-        kv = kv_cache[sel // PAGE, 0, LAYER, sel % PAGE, 0].double()    # [k, 576]
+        kv = kv_l[sel // PAGE, sel % PAGE]                         # [k, 576]
         p = torch.softmax(scale * (q[t].double() @ kv.T), dim=-1)
         ref = p @ kv[:, :512]
         err = ((out[t].double() - ref).norm() / ref.norm()).item()
