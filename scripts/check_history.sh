@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fails when a tracked file refers to the history of the work instead of the product: numbered
 # sessions, stops, rounds or notes items, lettered device calls, version-numbered kernel designs
-# ("v10"), branches that do not exist, or a DESIGN.md other than docs/design.md. A figure is
+# ("v10"), branches that do not exist, or a design document other than docs/design.md. A figure is
 # identified by GPU, date, commit and the command that reproduces it; a design by what it is.
 # Exceptions: scripts/check_history.allow (PATH, or PATH:REGEX for the matching lines only).
 # Run by scripts/test.sh (CI); takes well under a second.
@@ -54,8 +54,8 @@ while IFS= read -r hit; do
 done < <(git grep -nIE 'branch `[^`]+`|on branch [A-Za-z0-9._/-]+' -- . "${self[@]}")
 
 # 3. the design document is docs/design.md, and a cited section exists
-while IFS= read -r hit; do report "DESIGN.md is docs/design.md: $hit"; done \
-  < <(git grep -nE '(^|[^/a-z])DESIGN\.md' -- . "${self[@]}")
+while IFS= read -r hit; do report "the design document is docs/design.md: $hit"; done \
+  < <(git grep -nE '(^|[^/a-z])DESIGN[.]md' -- . "${self[@]}")
 while IFS= read -r hit; do
   section=$(grep -oE 'docs/design\.md "[^"]+"' <<<"$hit" | sed -E 's/.*"(.*)"/\1/')
   [[ -z "$section" ]] && continue
