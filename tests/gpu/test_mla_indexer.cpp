@@ -15,7 +15,7 @@
 // therefore 1e-3 of the row's largest |score|; heavy exact ties still have to match exactly. Rows
 // of fewer than 64 keys may also err by 2^-11 of each key's |k_scale| * sum_h |w_h| sum_d |q k|:
 // a row of one key whose heads' weighted terms cancel has a largest |score| far below what the
-// accumulator rounds (H 32, one visible key: 2.4e-3 of the score, on the tile scorer and the block scorer alike).
+// accumulator rounds (H 32, one visible key: 2.4e-3 of the score, on v8 and v10 alike).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -57,7 +57,7 @@ DeviceBuffer upload(const std::vector<T>& v) {
 }
 
 // Byte offsets of the K cache's blocks and scales views inside their device buffers (a cache that
-// starts mid-allocation; the TMA producer's descriptors start at the view).
+// starts mid-allocation; v11's TMA descriptors start at the view).
 struct CacheBase {
   size_t blocks = 0;
   size_t scales = 0;
@@ -292,29 +292,29 @@ void check_identical(const GpuRun& want, const GpuRun& got, const std::string& w
 }
 
 // Runs the case on every scorer variant of the device: the portable path when asked, else (on
-// sm_90a) the tile scorer (block_kv 64) and the block scorer (block_kv 256; what 0, the heuristic, runs at pages >= 64). The block scorer computes the same function with the same
+// sm_90a) v8 (block_kv 64) and v10 (block_kv 256; what 0, the heuristic, runs at pages >= 64). v10 computes the same function with the same
 // per-thread arithmetic and stores the same keys, so beyond the reference checks its workspace
 // (scores of visible keys, and the NaN fill of the keys no token sees, which neither may write)
-// and its top-k output must equal the tile scorer's byte for byte. The block scorer runs in its three launches: the
+// and its top-k output must equal v8's byte for byte. v10 runs in its three launches: the
 // persistent grid (the default, checked against the reference), one work item per CTA, and a
 // persistent grid of a few CTAs (kIndexerSmallGrid: many items per CTA, in uneven numbers, across
-// sequences and key splits); the last two are compared with the tile scorer byte for byte.
+// sequences and key splits); the last two are compared with v8 byte for byte.
 // Inputs prepared by the caller (p's heads, page size and mask already match them). At pages >= 8
-// The block scorer's blocks come by TMA (the TMA producer, unless built with MJ_IDX11_TMA=0) in all three launches.
+// v10's blocks come by TMA (v11, unless built with MJ_IDX11_TMA=0) in all three launches.
 void run_and_check_inputs(const char* name, const ref::IndexerInputs& in, MlaIndexerParams p, bool exact,
                           size_t workspace_rows = 0, bool portable = false, const CacheBase& base = {}) {
   const bool sm90 = !portable && Runtime::global().arch() == "sm_90a";
   p.block_kv = 64;
-  const GpuRun tiles = run_and_check_one(name, in, p, exact, workspace_rows, portable, base);
+  const GpuRun v8 = run_and_check_one(name, in, p, exact, workspace_rows, portable, base);
   if (!sm90) return;
   p.block_kv = 256;
-  const GpuRun blocks = run_and_check_one(name, in, p, exact, workspace_rows, portable, base);
+  const GpuRun v10 = run_and_check_one(name, in, p, exact, workspace_rows, portable, base);
   const std::string tag = std::string(name) + " H" + std::to_string(p.num_heads) + ": block_kv 256";
-  check_identical(tiles, blocks, tag + " (persistent grid) vs 64");
+  check_identical(v8, v10, tag + " (persistent grid) vs 64");
   p.emit = IndexEmit::logical;
-  check_identical(tiles, run_gpu(in, p, workspace_rows, ops::detail::kIndexerOneItemPerCta, base),
+  check_identical(v8, run_gpu(in, p, workspace_rows, ops::detail::kIndexerOneItemPerCta, base),
                   tag + " (one work item per CTA) vs 64");
-  check_identical(tiles, run_gpu(in, p, workspace_rows, ops::detail::kIndexerSmallGrid, base),
+  check_identical(v8, run_gpu(in, p, workspace_rows, ops::detail::kIndexerSmallGrid, base),
                   tag + " (persistent grid of few CTAs) vs 64");
 }
 
@@ -389,10 +389,10 @@ TEST_SUITE("gpu mla_indexer") {
     run_and_check("prefill chunked (ws 100 rows)", c, p, false, 100);
   }
 
-  TEST_CASE("page sizes 1, 4, 128, 256, H 32 / 64 / 128, 2 stages: pages inside and across the block scorer's 256-key blocks") {
-    // The block scorer reads one table entry per 64-key quarter for pages >= 64 (a page of 128 / 256 keys holds
-    // 2 / 4 quarters, at different offsets; the TMA producer) and one per page and producer lane below 64
-    // (16 per quarter at page 4, the block scorer's cp.async producer); page 1 runs the tile scorer under block_kv 256. The visible counts (1 + L + i, L + S)
+  TEST_CASE("page sizes 1, 4, 128, 256, H 32 / 64 / 128, 2 stages: pages inside and across v10's 256-key blocks") {
+    // v10 reads one table entry per 64-key quarter for pages >= 64 (a page of 128 / 256 keys holds
+    // 2 / 4 quarters, at different offsets; v11's TMA) and one per page and producer lane below 64
+    // (16 per quarter at page 4, v10's cp.async producer); page 1 runs v8 under block_kv 256. The visible counts (1 + L + i, L + S)
     // land anywhere inside a block. The last case runs a 2-deep ring (every phase flips).
     const int pages[] = {4, 128, 256, 1, 64};
     const int heads[] = {32, 128, 64, 64, 64};
@@ -411,10 +411,10 @@ TEST_SUITE("gpu mla_indexer") {
     }
   }
 
-  TEST_CASE("block scorer work items: more q blocks than SMs, one CTA walks items of several sequences") {
+  TEST_CASE("v10 work items: more q blocks than SMs, one CTA walks items of several sequences") {
     // 360 tokens at H 128 (one token per q block) in 6 sequences: the persistent grid of one CTA per
     // SM deals 2-3 items to every CTA, consecutive items of different sequences; the small grid
-    // (run_and_check) deals ~50 per CTA. Causal and not, ragged lengths; page 32 (the TMA producer,
+    // (run_and_check) deals ~50 per CTA. Causal and not, ragged lengths; page 32 (v11's TMA producer,
     // one box per page) and page 128 (one box per quarter): each item's segments restart the table
     // row `lut`.
     for (int page : {32, 128})
@@ -432,7 +432,7 @@ TEST_SUITE("gpu mla_indexer") {
       }
   }
 
-  TEST_CASE("block scorer work items: few q blocks, many key splits, fewer tokens than SMs") {
+  TEST_CASE("v10 work items: few q blocks, many key splits, fewer tokens than SMs") {
     // 6 tokens at H 64 (3 q blocks) over 20000 keys: the persistent grid splits the keys into ~40
     // items of a few blocks (one per CTA); the small grid deals items of different splits and
     // q blocks to each CTA, the last split shorter.
@@ -446,13 +446,13 @@ TEST_SUITE("gpu mla_indexer") {
     run_and_check("few q blocks, many splits", c, p, false);
   }
 
-  TEST_CASE("TMA producer (TMA loads at pages >= 8): unmapped pages, pages past the table, layer 2 of 3, cache views mid-allocation") {
-    // The TMA producer reads K quarters (pages >= 64) or pages (8..32: 64 / page boxes per quarter)
+  TEST_CASE("v11 (TMA loads at pages >= 8): unmapped pages, pages past the table, layer 2 of 3, cache views mid-allocation") {
+    // v11's producer reads K quarters (pages >= 64) or pages (8..32: 64 / page boxes per quarter)
     // and their scales by TMA from descriptors over the whole cache view: unmapped quarters / pages
     // are boxes outside it (zero-filled; at pages 8..32 a quarter mixes mapped and unmapped boxes),
     // the layer moves every row, the blocks view starts 48 bytes into its buffer (16-byte aligned,
-    // not 128). Scales 16 bytes in come by TMA; 4 bytes in (not 16-byte aligned) by cp.async, the TMA producer's
-    // fallback. Each compares the TMA producer (block_kv 256) with the tile scorer (block_kv 64, cp.async) byte for byte and
+    // not 128). Scales 16 bytes in come by TMA; 4 bytes in (not 16-byte aligned) by cp.async, v11's
+    // fallback. Each compares v11 (block_kv 256) with v8 (block_kv 64, cp.async) byte for byte and
     // with the CPU reference.
     const int pages[] = {64, 128, 256, 64, 8, 16, 32, 16, 8};
     const int heads[] = {64, 128, 32, 64, 64, 128, 32, 64, 32};
@@ -480,7 +480,7 @@ TEST_SUITE("gpu mla_indexer") {
       CacheBase base;
       base.blocks = 48;
       base.scales = scale_offsets[x];
-      run_and_check_inputs(scale_offsets[x] % 16 == 0 ? "TMA producer, scales by TMA" : "TMA producer, scales by cp.async", in, p, false, 0,
+      run_and_check_inputs(scale_offsets[x] % 16 == 0 ? "v11 tma scales" : "v11 cp.async scales", in, p, false, 0,
                            false, base);
     }
   }

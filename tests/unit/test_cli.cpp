@@ -81,7 +81,7 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
   CHECK(last_stderr().find("params.num_stages: got 99") != std::string::npos);
   CHECK(cli("bench mla_indexer --shape stages=x").code == 2);
   CHECK(last_stderr().find("--shape stages") != std::string::npos);
-  // block_kv picks the scorer (0 / 256: the block scorer, 64: the tile scorer); the block scorer's ring holds at most 5 blocks of 256 keys
+  // block_kv picks the scorer (0 / 256 v10, 64 v8); v10's ring holds at most 5 blocks of 256 keys
   // (next to its two Q buffers).
   CHECK(cli("bench mla_indexer --shape block_kv=128").code == 2);
   CHECK(last_stderr().find("params.block_kv: got 128") != std::string::npos);

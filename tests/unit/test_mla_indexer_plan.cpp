@@ -1,5 +1,5 @@
-// The mla_indexer tiling plan (src/ops/mla_indexer/plan.hpp) for its two sm90 scorers: the tile scorer
-// (params.block_kv 64: 64-key tiles shared by 4 x 128/H tokens) and the block scorer (block_kv 0 / 256: 256-key
+// The mla_indexer tiling plan (src/ops/mla_indexer/plan.hpp) for its two sm90 scorers: v8
+// (params.block_kv 64: 64-key tiles shared by 4 x 128/H tokens) and v10 (block_kv 0 / 256: 256-key
 // blocks, a 64-key quarter per warpgroup, 128/H tokens). The generated source static_asserts the
 // same sizes against the templates, so these pin the host side; no GPU needed.
 #include <doctest/doctest.h>
@@ -14,7 +14,7 @@
 using namespace mlajit;
 
 TEST_SUITE("mla_indexer plan") {
-  TEST_CASE("tile scorer (block_kv 64): 4 x 128/H tokens per CTA, 64-key tiles, 6 stages") {
+  TEST_CASE("v8 (block_kv 64): 4 x 128/H tokens per CTA, 64-key tiles, 6 stages") {
     for (int bkv : {64}) {
       MlaIndexerParams p;
       p.num_heads = 64;
@@ -30,11 +30,11 @@ TEST_SUITE("mla_indexer plan") {
     }
   }
 
-  TEST_CASE("block scorer (block_kv 0 / 256): 128/H tokens per CTA, 256-key blocks, 4 stages by default, at most 5") {
+  TEST_CASE("v10 (block_kv 0 / 256): 128/H tokens per CTA, 256-key blocks, 4 stages by default, at most 5") {
     for (int H : {32, 64, 128}) {
       MlaIndexerParams p;
       p.num_heads = H;
-      CHECK(indexer::layout(p).sm90_blocks);  // block_kv 0: the heuristic picks the block scorer
+      CHECK(indexer::layout(p).sm90_blocks);  // block_kv 0: the heuristic picks v10
       p.block_kv = 256;
       const indexer::Layout l = indexer::layout(p);
       CHECK(l.sm90_blocks);
@@ -53,7 +53,7 @@ TEST_SUITE("mla_indexer plan") {
       p.num_stages = 0;
       p.block_q = 128 / H;
       CHECK_NOTHROW(indexer::layout(p));
-      p.block_q = 4 * (128 / H);  // the tile scorer's tokens per CTA
+      p.block_q = 4 * (128 / H);  // v8's tokens per CTA
       CHECK_THROWS_AS(indexer::layout(p), Error);
     }
     MlaIndexerParams p;
@@ -61,7 +61,7 @@ TEST_SUITE("mla_indexer plan") {
     CHECK_THROWS_AS(indexer::layout(p), Error);
   }
 
-  TEST_CASE("block_kv 0 / 256 at page size 1 run the tile scorer (the block scorer builds pages >= 2: one table entry per producer lane)") {
+  TEST_CASE("block_kv 0 / 256 at page size 1 run v8 (v10 builds pages >= 2: one table entry per producer lane)") {
     MlaIndexerParams p;
     p.num_heads = 64;
     p.page_size = 1;
@@ -72,7 +72,7 @@ TEST_SUITE("mla_indexer plan") {
     CHECK(indexer::layout(p).sm90_blocks);
   }
 
-  TEST_CASE("block_kv 0 picks the block scorer at pages >= 8 (K by TMA, GPU-tested), the tile scorer at 1, 2 and 4; block_kv 256 builds the block scorer at any page >= 2") {
+  TEST_CASE("block_kv 0 picks v10 at pages >= 8 (K by TMA, GPU-tested), v8 at 1, 2 and 4; block_kv 256 builds v10 at any page >= 2") {
     MlaIndexerParams p;
     p.num_heads = 64;
     p.page_size = 1;
@@ -81,7 +81,7 @@ TEST_SUITE("mla_indexer plan") {
       p.page_size = page;
       p.block_kv = 0;
       CHECK_FALSE(indexer::layout(p).sm90_blocks);
-      CHECK(indexer::layout(p).sm90_block_q == 8);  // the tile scorer: 4 warpgroups x 128/H
+      CHECK(indexer::layout(p).sm90_block_q == 8);  // v8: 4 warpgroups x 128/H
       p.block_kv = 256;
       CHECK(indexer::layout(p).sm90_blocks);
     }
@@ -92,16 +92,16 @@ TEST_SUITE("mla_indexer plan") {
     }
   }
 
-  TEST_CASE("generated source: the block scorer's template for block_kv 256, under its own kernel name") {
+  TEST_CASE("generated source: v10's template for block_kv 256, under its own kernel name") {
     MlaIndexerParams p;
     p.num_heads = 64;
     p.block_kv = 64;
-    const KernelSpec tile_spec{p};
+    const KernelSpec v8{p};
     p.block_kv = 256;
-    const KernelSpec block_spec{p};
-    CHECK(tile_spec.name() != block_spec.name());
-    CHECK(block_spec.name().find("_bkv256") != std::string::npos);
-    const KernelSource s8 = generate(tile_spec), s10 = generate(block_spec);
+    const KernelSpec v10{p};
+    CHECK(v8.name() != v10.name());
+    CHECK(v10.name().find("_bkv256") != std::string::npos);
+    const KernelSource s8 = generate(v8), s10 = generate(v10);
     CHECK(s8.code.find("scores_sm90_blk") == std::string::npos);
     CHECK(s10.code.find("#include \"mla_indexer/scores_sm90_blk.cuh\"") != std::string::npos);
     CHECK(s10.code.find("ScoresSm90Blk<kHeads, kPageShift, kCausal, kStages>") != std::string::npos);
@@ -109,22 +109,22 @@ TEST_SUITE("mla_indexer plan") {
     CHECK(s10.entries.at(0).smem_bytes == indexer::layout(p).sm90_smem_bytes);
   }
 
-  TEST_CASE("sm90_work: the tile scorer's (q blocks, splits) grid and the block scorer's one-item-per-CTA grid, as before the persistent grid") {
+  TEST_CASE("sm90_work: v8's (q blocks, splits) grid and v10's one-item-per-CTA grid, as before the persistent grid") {
     MlaIndexerParams p;
     p.num_heads = 64;
     p.block_kv = 64;
-    const indexer::Layout tile_layout = indexer::layout(p);
+    const indexer::Layout v8 = indexer::layout(p);
     // 1024 rows of 8 tokens = 128 q blocks, 32768 keys = 512 tiles; 8 x 132 / 128 -> 9 splits of 57 tiles.
-    indexer::Sm90Work w = indexer::sm90_work(tile_layout, 1024, 32768, 132, true);
+    indexer::Sm90Work w = indexer::sm90_work(v8, 1024, 32768, 132, true);
     CHECK(w.q_blocks == 128);
     CHECK(w.keys_per_split == 57 * 64);
     CHECK(w.splits == 9);
     CHECK(w.grid_x == 128u);
     CHECK(w.grid_y == 9u);
     p.block_kv = 0;
-    const indexer::Layout block_layout = indexer::layout(p);
+    const indexer::Layout v10 = indexer::layout(p);
     // 512 q blocks, 128 blocks: 8 x 132 / 512 -> 3 splits of 43 blocks, 1536 CTAs of one item.
-    w = indexer::sm90_work(block_layout, 1024, 32768, 132, false);
+    w = indexer::sm90_work(v10, 1024, 32768, 132, false);
     CHECK(w.q_blocks == 512);
     CHECK(w.keys_per_split == 43 * 256);
     CHECK(w.splits == 3);
@@ -133,7 +133,7 @@ TEST_SUITE("mla_indexer plan") {
     CHECK(w.grid_y == 1u);
   }
 
-  TEST_CASE("sm90_work: the block scorer's persistent grid, split by the makespan model") {
+  TEST_CASE("sm90_work: v10's persistent grid, split by the makespan model") {
     MlaIndexerParams p;
     p.num_heads = 64;
     const indexer::Layout l = indexer::layout(p);
@@ -179,7 +179,7 @@ TEST_SUITE("mla_indexer plan") {
     CHECK_THROWS_AS(indexer::sm90_work(l, 16, 0, 132, true), Error);
   }
 
-  TEST_CASE("the TMA producer's TMA plan: K by TMA always, scales by TMA when 16-byte aligned with one per row") {
+  TEST_CASE("v11's TMA plan: K by TMA always, scales by TMA when 16-byte aligned with one per row") {
     const uintptr_t base = uintptr_t{1} << 20;
     CHECK(indexer::plan_tma(base, base + 256, 1000, 1, 64).scales_by_tma);
     CHECK(indexer::plan_tma(base + 48, base + 16, (int64_t{1} << 31) - 1, 1, 64).scales_by_tma);
@@ -202,7 +202,7 @@ TEST_SUITE("mla_indexer plan") {
     CHECK(error_of(base, 0).rfind("k_cache rows", 0) == 0);
   }
 
-  TEST_CASE("the TMA producer's TMA plan: one box per 64-key quarter at pages >= 64, one per page at pages 8..32") {
+  TEST_CASE("v11's TMA plan: one box per 64-key quarter at pages >= 64, one per page at pages 8..32") {
     const uintptr_t base = uintptr_t{1} << 20;
     for (int page : {64, 128, 256, 1024}) CHECK(indexer::plan_tma(base, base, 1000, 1, page).box_rows == 64u);
     CHECK(indexer::plan_tma(base, base, 1000, 1, 64).rows == 1000);  // the maps' row extent
@@ -214,7 +214,7 @@ TEST_SUITE("mla_indexer plan") {
       CHECK(p.scales_by_tma == (page >= 32));
       CHECK_FALSE(indexer::plan_tma(base, base + 4, 1000, 1, page).scales_by_tma);
     }
-    // Boxes of fewer than 8 rows would not fill a 1024-byte swizzle atom: pages 2 and 4 stay on the block scorer.
+    // Boxes of fewer than 8 rows would not fill a 1024-byte swizzle atom: pages 2 and 4 stay on v10.
     for (int page : {1, 2, 4, 0, -8, 24, 48}) {
       std::string what = "(no error)";
       try {

@@ -162,19 +162,19 @@ TEST_SUITE("mla_indexer validation") {
     }
   }
 
-  TEST_CASE("the block scorer (the default) walks keys in 32-bit ints: max_keys_per_seq <= 2^31 - 1024") {
+  TEST_CASE("the v10 scorer (the default) walks keys in 32-bit ints: max_keys_per_seq <= 2^31 - 1024") {
     FakeArgs a;
     a.max_keys = (int64_t{1} << 31) - 1000;
     const std::string msg = error_of(a);
     INFO(msg);
     CHECK(msg.rfind("max_keys_per_seq", 0) == 0);
     CHECK(msg.find("2^31 - 1024") != std::string::npos);
-    // The tile scorer (block_kv 64) has no such bound: the same call gets past it (to the workspace check).
+    // v8 (block_kv 64) has no such bound: the same call gets past it (to the workspace check).
     a.p.block_kv = 64;
     CHECK(error_of(a).rfind("workspace size", 0) == 0);
   }
 
-  TEST_CASE("the block scorer with K by TMA (pages >= 64) addresses cache rows by TMA: fewer than 2^31 rows") {
+  TEST_CASE("the v11 scorer (v10's tiling at pages >= 64) addresses cache rows by TMA: fewer than 2^31 rows") {
     FakeArgs a;
     a.layer = 0;
     a.kc.blocks = TensorView(a.mem.data(), DType::fp8_e4m3, {int64_t{1} << 25, 1, 1, 64, 1, 128});
@@ -184,7 +184,7 @@ TEST_SUITE("mla_indexer validation") {
     INFO(msg);
     CHECK(msg.rfind("k_cache rows", 0) == 0);
     CHECK(msg.find("2^31") != std::string::npos);
-    // One row fewer passes; so does the tile scorer (block_kv 64), and page 4 (the block scorer's cp.async producer).
+    // One row fewer passes; so does v8 (block_kv 64), and page 4 (v10's cp.async producer).
     a.kc.blocks = TensorView(a.mem.data(), DType::fp8_e4m3, {(int64_t{1} << 25) - 1, 1, 1, 64, 1, 128});
     a.kc.scales = TensorView(a.mem.data(), DType::f32, {(int64_t{1} << 25) - 1, 1, 1, 64, 1, 1});
     CHECK(error_of(a).rfind("workspace size", 0) == 0);
