@@ -11,9 +11,9 @@
 //
 // The FP8-math mode (qk_math fp8: e4m3 Q, K and P on FP8 tensor cores, Hopper only) runs the same
 // data and checks with bounds of its own: ref::fp8_math_bounds (relative Frobenius, cosine and lse,
-// by softmax scale) in src/reference/sparse_prefill_ref.hpp, set from GPU measurements
-// (docs/ops/sparse_prefill.md, "Accuracy by mode"); they are shared with `mlajit check`. Every
-// FP8-math case prints its measured values next to the bounds.
+// by softmax scale) in src/reference/sparse_prefill_ref.hpp, set from the first GPU measurement
+// (docs/notes/sparse_prefill_sm90.md, 23); they are shared with
+// `mlajit check`. Every FP8-math case prints its measured values next to the bounds.
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -423,7 +423,7 @@ TEST_CASE("sparse_prefill qk_math fp8 codegen: the Hopper FP8-math kernel only, 
         CHECK(a.entries[sparse_prefill::kEntrySm90].threads == 384u);
         CHECK(a.entries[sparse_prefill::kEntrySm90].smem_bytes == 189520u);
         CHECK(a.code.find("__trap()") != std::string::npos);
-        // Its own ptxas setting (docs/decisions/sparse_prefill.md), named in the source header too.
+        // Its own ptxas setting (notes 36), named in the source header too.
         REQUIRE(a.nvrtc_options.size() == 1u);
         CHECK(a.nvrtc_options[0] == "--ptxas-options=--register-usage-level=10");
         CHECK(a.code.find("// NVRTC options of this kernel (besides the fixed ones): "
