@@ -57,10 +57,10 @@ done < <(git grep -nIE 'branch `[^`]+`|on branch [A-Za-z0-9._/-]+' -- . "${self[
 while IFS= read -r hit; do report "the design document is docs/design.md: $hit"; done \
   < <(git grep -nE '(^|[^/a-z])DESIGN[.]md' -- . "${self[@]}")
 while IFS= read -r hit; do
-  section=$(grep -oE 'docs/design\.md "[^"]+"' <<<"$hit" | sed -E 's/.*"(.*)"/\1/')
+  section=$(grep -oE 'docs/design\.md,? "[^"]+"' <<<"$hit" | sed -E 's/.*"(.*)"/\1/')
   [[ -z "$section" ]] && continue
   grep -qxE "#+ $(sed 's/[][\.*^$/]/\\&/g' <<<"$section")" docs/design.md || report "no section \"$section\" in docs/design.md: $hit"
-done < <(git grep -nE 'docs/design\.md "[^"]+"' -- . "${self[@]}")
+done < <(git grep -nE 'docs/design\.md,? "[^"]+"' -- . "${self[@]}")
 
 if [[ $fail -ne 0 ]]; then
   echo "check_history: the lines above refer to the history of the work (or to a missing design section)." >&2

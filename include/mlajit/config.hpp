@@ -1,5 +1,5 @@
 #pragma once
-// The environment variables mlajit reads (docs/design.md "Configuration"), parsed in one
+// The environment variables mlajit reads (DESIGN.md "Environment variables"), parsed in one
 // place so that every consumer agrees on defaults and on what a malformed value means.
 // Values are read when asked for (not cached): the runtime reads them once at construction.
 #include <cstdint>
