@@ -3,6 +3,8 @@
 # reports itself as skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# No references to the history of the work in tracked files (fast: one git grep).
+scripts/check_history.sh
 scripts/build.sh
 ctest --test-dir build --output-on-failure
 # The installed package: CMake config, pkg-config, shared/static consumers, exported symbols.
