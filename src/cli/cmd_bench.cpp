@@ -36,7 +36,7 @@ ops and their shape keys (defaults in brackets; tokens / keys / top_k mean what 
       tokens [4096] heads [128] top_k [2048] keys [32768] kv_dtype [bf16] page_size [64]
       layers [2: the cache interleaves 2 layers page by page, the last is read; 1 = one layer]
       quantization_granularity [0 = unit scales] scale_fmt [fp32|ue8m0: power-of-two scales;
-        group scales then run on the Hopper kernel] sink [0] lse [1] path [auto|sm80|sm90]
+        group scales then run on the Hopper kernel] sink [0] lse [1] path [auto | portable | sm90]
       ctas [0 = automatic]: the persistent Hopper kernel's grid (bf16 cache; default one CTA per SM;
         a number >= tokens * heads / 64 gives one CTA per token x 64-head tile, as the fp8 kernels)
       split_parts [0 = automatic]: the persistent kernel's tail split (its last round of items run in

@@ -10,7 +10,7 @@ namespace mlajit {
 KernelSource generate_kv_cache(const KernelSpec& spec);
 // mla_indexer (FP8 scores fused with exact top-k).
 KernelSource generate_mla_indexer(const KernelSpec& spec);
-// sparse_prefill (sm80 and sm90 paths).
+// sparse_prefill (portable and sm90 paths).
 KernelSource generate_sparse_prefill(const KernelSpec& spec);
 
 }  // namespace mlajit

@@ -2,7 +2,7 @@
 // random normal q and cache, shuffled pages, 2 layers (layer 1 read), ragged top-k lengths that
 // are not multiples of b_topk, invalid (-1, other negatives) and out-of-range indices, rows with
 // no valid slot, lengths above the stride, sinks of -inf / finite / +inf, outputs poisoned with
-// NaN before every launch. Every entry the device can run is tested (portable sm80 path always,
+// NaN before every launch. Every entry the device can run is tested (portable path always,
 // the wgmma sm90 path on sm_90a where it covers the spec).
 //
 // Pass: relative Frobenius error < 1e-2 and cosine > 0.9999 on out, |lse - ref| < 1e-4 (exact
@@ -280,7 +280,7 @@ void check_outputs(const Case& c, const ref::SparsePrefillProblem& pb, const ref
 // (none off sm_90a: fp8_math_unavailable checks the error instead).
 std::vector<Path> available_paths(const SparsePrefillParams& p) {
   std::vector<Path> paths;
-  for (Path path : {Path::sm80, Path::sm90})
+  for (Path path : {Path::portable, Path::sm90})
     if (sparse_prefill::path_available(p, Runtime::global().arch(), path)) paths.push_back(path);
   return paths;
 }
@@ -608,7 +608,7 @@ TEST_SUITE("sparse_prefill") {
     check_outputs(c, pb, r, run_on_device(pb, d, Path::sm90), Path::sm90);
   }
 
-  TEST_CASE("sparse_prefill FP8 math: the automatic path is the Hopper kernel, and the sm80 path is refused") {
+  TEST_CASE("sparse_prefill FP8 math: the automatic path is the Hopper kernel, and the portable path is refused") {
     const Case c = fp8_math_case("fp8-math g576 h64 s6", 64, 6, 128, 64, 576, true);
     const auto pb = problem_of(c, 450);
     DeviceProblem d(pb);
@@ -619,9 +619,9 @@ TEST_SUITE("sparse_prefill") {
     const Outputs a = run_on_device(pb, d, Path::automatic), b = run_on_device(pb, d, Path::sm90);
     CHECK(a.out == b.out);
     CHECK(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0);
-    const std::string error = launch_error(pb, d, Path::sm80);
+    const std::string error = launch_error(pb, d, Path::portable);
     INFO("error: ", error);
-    CHECK(error.find("sparse_prefill path sm80: params.qk_math: got fp8, expected bf16") == 0);
+    CHECK(error.find("sparse_prefill path portable: params.qk_math: got fp8, expected bf16") == 0);
   }
 
   TEST_CASE("sparse_prefill is deterministic (no races): two launches give identical bits") {

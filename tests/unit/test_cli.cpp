@@ -123,7 +123,7 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
   CHECK(last_stderr().find("--shape ctas: got -1, expected a non-negative integer") != std::string::npos);
   CHECK(cli("bench sparse_prefill --shape kv_dtype=fp8_e4m3,quantization_granularity=576,ctas=3").code == 2);
   CHECK(last_stderr().find("ctas: got 3, expected 0 unless the kernel is the persistent Hopper one") != std::string::npos);
-  CHECK(cli("bench sparse_prefill --shape ctas=3,path=sm80").code == 2);
+  CHECK(cli("bench sparse_prefill --shape ctas=3,path=portable").code == 2);
   CHECK(last_stderr().find("ctas: got 3") != std::string::npos);
   // split_parts: 0 (automatic), 1 (off) or a cap up to 256, checked before any GPU use.
   CHECK(cli("bench sparse_prefill --shape split_parts=257").code == 2);
@@ -186,7 +186,7 @@ TEST_CASE("cli: an FP8-math prefill is refused for a non-Hopper target, naming q
   Run g = cli("gen " + cfg);
   REQUIRE(g.code == 0);
   CHECK(g.out.find("/*fp8_math*/ true, /*pow2_scales*/ false>") != std::string::npos);
-  CHECK(g.out.find("sparse_prefill/sm80.cuh") == std::string::npos);
+  CHECK(g.out.find("sparse_prefill/portable.cuh") == std::string::npos);
 }
 
 TEST_CASE("cli: build --json, cache hits on the second run, cache ls/verify") {

@@ -304,7 +304,7 @@ TEST_CASE("sparse_prefill codegen: one kernel body per module") {
   KernelSource a = generate(spec);
   CHECK(a.code.find(hopper_if) != std::string::npos);  // the target picks the body
   CHECK(a.min_arch == "sm_80");
-  KernelSource s80 = generate_sparse_prefill_mode(spec, sparse_prefill::Path::sm80);
+  KernelSource s80 = generate_sparse_prefill_mode(spec, sparse_prefill::Path::portable);
   KernelSource s90 = generate_sparse_prefill_mode(spec, sparse_prefill::Path::sm90);
   CHECK(s80.code.find("#if 0\n#define MLAJIT_SPARSE_PREFILL_HOPPER 1") != std::string::npos);
   CHECK(s90.code.find("#if 1\n#define MLAJIT_SPARSE_PREFILL_HOPPER 1") != std::string::npos);
@@ -343,9 +343,9 @@ TEST_CASE("sparse_prefill codegen: one kernel body per module") {
 
 TEST_CASE("sparse_prefill path choice") {
   SparsePrefillParams p;
-  CHECK(sparse_prefill::resolve_path(p, "sm_80", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
-  CHECK(sparse_prefill::resolve_path(p, "sm_100a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
-  CHECK(sparse_prefill::resolve_path(p, "sm_90a", sparse_prefill::Path::sm80) == sparse_prefill::Path::sm80);
+  CHECK(sparse_prefill::resolve_path(p, "sm_80", sparse_prefill::Path::automatic) == sparse_prefill::Path::portable);
+  CHECK(sparse_prefill::resolve_path(p, "sm_100a", sparse_prefill::Path::automatic) == sparse_prefill::Path::portable);
+  CHECK(sparse_prefill::resolve_path(p, "sm_90a", sparse_prefill::Path::portable) == sparse_prefill::Path::portable);
   CHECK_THROWS_AS(sparse_prefill::resolve_path(p, "sm_80", sparse_prefill::Path::sm90), Error);
   CHECK(sparse_prefill::path_available(p, "sm_90a", sparse_prefill::Path::sm90));
   CHECK_FALSE(sparse_prefill::path_available(p, "sm_100a", sparse_prefill::Path::sm90));
@@ -353,7 +353,7 @@ TEST_CASE("sparse_prefill path choice") {
   SparsePrefillParams group = p;  // fp8 group scales: the portable kernel applies them exactly
   group.kv_dtype = DType::fp8_e4m3;
   group.quantization_granularity = 64;
-  CHECK(sparse_prefill::resolve_path(group, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
+  CHECK(sparse_prefill::resolve_path(group, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::portable);
   CHECK(sparse_prefill::resolve_path(group, "sm_90a", sparse_prefill::Path::sm90) == sparse_prefill::Path::sm90);
   // Power-of-two group scales: exact in the Hopper kernel's tile, so it is preferred there.
   SparsePrefillParams pow2 = group;
@@ -361,13 +361,13 @@ TEST_CASE("sparse_prefill path choice") {
   CHECK(sparse_prefill::sm90_preferred(pow2));
   CHECK_FALSE(sparse_prefill::sm90_preferred(group));
   CHECK(sparse_prefill::resolve_path(pow2, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm90);
-  CHECK(sparse_prefill::resolve_path(pow2, "sm_80", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
+  CHECK(sparse_prefill::resolve_path(pow2, "sm_80", sparse_prefill::Path::automatic) == sparse_prefill::Path::portable);
   pow2.quantization_granularity = 8;  // below the Hopper kernel's 16-element minimum: portable whatever the format
-  CHECK(sparse_prefill::resolve_path(pow2, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
+  CHECK(sparse_prefill::resolve_path(pow2, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::portable);
   SparsePrefillParams three = p;  // quantization granularity 8: only the portable kernel takes them
   three.kv_dtype = DType::fp8_e4m3;
   three.quantization_granularity = 8;
-  CHECK(sparse_prefill::resolve_path(three, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
+  CHECK(sparse_prefill::resolve_path(three, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::portable);
   CHECK_THROWS_AS(sparse_prefill::resolve_path(three, "sm_90a", sparse_prefill::Path::sm90), Error);
   CHECK(sparse_prefill::parse_path("sm90") == sparse_prefill::Path::sm90);
   CHECK_THROWS_AS(sparse_prefill::parse_path("fast"), Error);
@@ -430,13 +430,13 @@ TEST_CASE("sparse_prefill qk_math fp8 codegen: the Hopper FP8-math kernel only, 
         CHECK(a.nvrtc_options[0] == "--ptxas-options=--register-usage-level=10");
         CHECK(a.code.find("// NVRTC options of this kernel (besides the fixed ones): "
                           "--ptxas-options=--register-usage-level=10\n") != std::string::npos);
-        // The forced Hopper source is the same code (one cache entry); sm80 is refused.
+        // The forced Hopper source is the same code (one cache entry); portable is refused.
         const KernelSource s90 = generate_sparse_prefill_mode(spec, sparse_prefill::Path::sm90);
         CHECK(s90.code == a.code);
         CHECK(s90.nvrtc_options == a.nvrtc_options);
         CHECK(s90.min_arch == "sm_90a");
-        const std::string e = invalid_message([&] { generate_sparse_prefill_mode(spec, sparse_prefill::Path::sm80); });
-        CHECK_MESSAGE(e.find("sparse_prefill path sm80") != std::string::npos, e);
+        const std::string e = invalid_message([&] { generate_sparse_prefill_mode(spec, sparse_prefill::Path::portable); });
+        CHECK_MESSAGE(e.find("sparse_prefill path portable") != std::string::npos, e);
         CHECK_MESSAGE(e.find("qk_math bf16 (qk_math fp8 runs on the Hopper kernel only") != std::string::npos, e);
       }
     }
@@ -464,7 +464,7 @@ TEST_CASE("sparse_prefill qk_math fp8 path choice: sm_90a only, with errors nami
     CHECK_FALSE(sparse_prefill::portable_supported(p));
     CHECK(sparse_prefill::path_available(p, "sm_90a", Path::automatic));
     CHECK(sparse_prefill::path_available(p, "sm_90a", Path::sm90));
-    CHECK_FALSE(sparse_prefill::path_available(p, "sm_90a", Path::sm80));
+    CHECK_FALSE(sparse_prefill::path_available(p, "sm_90a", Path::portable));
     CHECK(sparse_prefill::resolve_path(p, "sm_90a", Path::automatic) == Path::sm90);
     CHECK(sparse_prefill::resolve_path(p, "sm_90a", Path::sm90) == Path::sm90);
     for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_100a", "sm_120a"}) {
@@ -475,14 +475,14 @@ TEST_CASE("sparse_prefill qk_math fp8 path choice: sm_90a only, with errors nami
       CHECK_MESSAGE(e.find(fmt::format("sparse_prefill with qk_math fp8: device arch: got {}, expected sm_90a", arch)) == 0,
                     e);
     }
-    const std::string e80 = invalid_message([&] { sparse_prefill::resolve_path(p, "sm_90a", Path::sm80); });
-    CHECK_MESSAGE(e80.find("sparse_prefill path sm80: params.qk_math: got fp8, expected bf16") == 0, e80);
+    const std::string e80 = invalid_message([&] { sparse_prefill::resolve_path(p, "sm_90a", Path::portable); });
+    CHECK_MESSAGE(e80.find("sparse_prefill path portable: params.qk_math: got fp8, expected bf16") == 0, e80);
   }
   // 16-bit math on the same caches is unchanged: the portable kernel stays available everywhere.
   SparsePrefillParams bf16_math = fp8_math(576);
   bf16_math.qk_math = QkMath::bf16;
   CHECK(sparse_prefill::portable_supported(bf16_math));
-  CHECK(sparse_prefill::resolve_path(bf16_math, "sm_80", Path::automatic) == Path::sm80);
+  CHECK(sparse_prefill::resolve_path(bf16_math, "sm_80", Path::automatic) == Path::portable);
   CHECK(sparse_prefill::resolve_path(bf16_math, "sm_90a", Path::automatic) == Path::sm90);
 }
 
@@ -585,9 +585,9 @@ TEST_CASE("sparse_prefill launch grid: the persistent bf16 Hopper kernel takes a
   CHECK(sparse_prefill::sm90_plan(fp8).smem_bytes ==
         mj::sparse_prefill_layout::hopper_layout(/*fp8_math*/ false, /*persistent*/ false).smem_bytes);
   CHECK(sparse_prefill::launch_ctas(fp8, Path::sm90, 10, 0) == 20);
-  CHECK(sparse_prefill::launch_ctas(bf16, Path::sm80, 10, 0) == 10 * sparse_prefill::portable_plan(bf16).head_tiles);
+  CHECK(sparse_prefill::launch_ctas(bf16, Path::portable, 10, 0) == 10 * sparse_prefill::portable_plan(bf16).head_tiles);
   // A grid size for a kernel that does not walk items, or a negative one: errors naming grid_ctas.
-  for (const auto& [p, path, grid] : {std::tuple{fp8, Path::sm90, int64_t{37}}, std::tuple{bf16, Path::sm80, int64_t{37}},
+  for (const auto& [p, path, grid] : {std::tuple{fp8, Path::sm90, int64_t{37}}, std::tuple{bf16, Path::portable, int64_t{37}},
                                       std::tuple{bf16, Path::sm90, int64_t{-37}}}) {
     const std::string e = invalid_message([&] { sparse_prefill::launch_ctas(p, path, 10, grid); });
     CHECK_MESSAGE(e.find("grid_ctas") != std::string::npos, e);

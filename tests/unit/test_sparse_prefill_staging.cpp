@@ -80,7 +80,7 @@ TEST_CASE("sparse_prefill kv_staging: the attention kernel is the bf16-cache one
       CHECK(sparse_prefill::sm90_plan(p).persistent);
       CHECK(sparse_prefill::portable_plan(p).smem_bytes == sparse_prefill::portable_plan(a).smem_bytes);
       CHECK(sparse_prefill::resolve_path(p, "sm_90a", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm90);
-      CHECK(sparse_prefill::resolve_path(p, "sm_89", sparse_prefill::Path::automatic) == sparse_prefill::Path::sm80);
+      CHECK(sparse_prefill::resolve_path(p, "sm_89", sparse_prefill::Path::automatic) == sparse_prefill::Path::portable);
 
       const KernelSpec spec{p};
       const KernelSource src = generate(spec);
@@ -96,7 +96,7 @@ TEST_CASE("sparse_prefill kv_staging: the attention kernel is the bf16-cache one
       CHECK(src.code.find("/*kv_fp8*/ false") != std::string::npos);
       CHECK(src.code.find("kPersistent == true") != std::string::npos);
       // Forced paths hold the staging kernels too.
-      for (auto path : {sparse_prefill::Path::sm80, sparse_prefill::Path::sm90})
+      for (auto path : {sparse_prefill::Path::portable, sparse_prefill::Path::sm90})
         CHECK(generate_sparse_prefill_mode(spec, path).entries.size() == 6);
     }
   }

@@ -98,7 +98,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   // A grid size is the persistent Hopper kernel's only (sparse_prefill::launch_ctas), checked here
   // under the shape key's name before any GPU use (the shape parser refuses negative ones).
   if (a.ctas != 0)
-    MLAJIT_EXPECT(requested != sparse_prefill::Path::sm80 && sparse_prefill::sm90_supported(p) &&
+    MLAJIT_EXPECT(requested != sparse_prefill::Path::portable && sparse_prefill::sm90_supported(p) &&
                       sparse_prefill::sm90_plan(p).persistent,
                   "ctas", a.ctas, "0 unless the kernel is the persistent Hopper one (a bf16 cache, path auto or sm90)");
   const bool with_anchor = !a.anchor.empty();

@@ -31,7 +31,7 @@ struct SparsePrefillBenchArgs {
   bool attn_sink = false;
   bool emit_lse = true;
   int reps = 20;
-  std::string path = "auto";  // auto | sm80 | sm90
+  std::string path = "auto";  // auto | portable | sm90
   int64_t ctas = 0;  // grid of the persistent sm90 kernel (bf16); 0 = automatic (sparse_prefill::launch)
   // The persistent kernel's tail split: 0 = automatic, 1 = off, N = at most N parts per split item.
   // When a split runs, the same launch without it is timed too ("unsplit" in the JSON).

@@ -4,7 +4,7 @@
 // What lives where in this folder:
 //   definition.cpp       this file
 //   plan.hpp/.cpp        which kernel entries a spec has and the launch geometry of each
-//   generate.cpp         params -> CUDA source (templates/sparse_prefill/sm90.cuh, sm80.cuh)
+//   generate.cpp         params -> CUDA source (templates/sparse_prefill/sm90.cuh, portable.cuh)
 //   op.cpp, launch.hpp   the entry point: validation, path choice, launch
 //   tuning_workload.cpp  the autotuner's problem
 //   bench.cpp/.hpp       `mlajit bench sparse_prefill` (harness library, not libmlajit)

@@ -11,11 +11,11 @@
 //   Mode automatic (generate(spec), what Runtime::get / `mlajit build` compile): the wgmma body when
 //     the target has the sm_90a feature set and the Hopper kernel is the automatic choice for the
 //     spec (plan.hpp: sm90_supported && sm90_preferred), else the portable body.
-//   Mode sm80 (the portable kernel) / sm90: that body whatever the target (the op's forced paths and
+//   Mode portable / sm90: that body whatever the target (the op's forced paths and
 //     its fallbacks on sm_90a, e.g. a negative softmax scale); sm90 needs an sm_90a target (min_arch).
 // qk_math fp8 (FP8 tensor-core math) exists only as the Hopper kernel: its source, automatic or
 // sm90, holds the FP8-math Config and a guard in place of the portable entry, never the portable body,
-// and needs an sm_90a target (min_arch, with min_arch_why naming qk_math fp8); mode sm80 is refused.
+// and needs an sm_90a target (min_arch, with min_arch_why naming qk_math fp8); mode portable is refused.
 // Launch geometry comes from ops/sparse_prefill/plan.hpp, shared with the op.
 #include <string>
 #include <variant>
@@ -167,8 +167,8 @@ KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill
     throw_invalid("sparse_prefill path sm90: params", spec.name(),
                   "a spec the sm90 kernel covers (fp8 quantization granularity 0 or >= 16)");
   if (!sparse_prefill::portable_supported(p)) {
-    if (mode == sparse_prefill::Path::sm80)
-      throw_invalid("sparse_prefill path sm80: params", spec.name(),
+    if (mode == sparse_prefill::Path::portable)
+      throw_invalid("sparse_prefill path portable: params", spec.name(),
                     "qk_math bf16 (qk_math fp8 runs on the Hopper kernel only; the portable kernel has no FP8 math)");
     return fp8_math_source(spec, p, mode);
   }
@@ -189,13 +189,13 @@ KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill
       p.kv_dtype == DType::fp8_e4m3 ? fmt::format(", quantization granularity {}", p.quantization_granularity) : std::string(),
       p.num_q_heads, p.emit_lse ? ", lse f32 [T, H]" : "", p.attn_sink ? ", attention sink" : "",
       p.kv_staging == KvStaging::bf16 ? " (the selected rows staged as bf16 in the workspace first; the bf16-cache kernel reads them)" : "",
-      mode == sparse_prefill::Path::sm80 ? "the portable one (forced)"
+      mode == sparse_prefill::Path::portable ? "the portable one (forced)"
       : mode == sparse_prefill::Path::sm90 ? "the Hopper one (forced)"
       : covered && sparse_prefill::sm90_preferred(p) ? "the Hopper one on sm_90a targets, else the portable one"
                                                       : "the portable one (the automatic choice for this spec)");
   // MLAJIT_SPARSE_PREFILL_HOPPER: 1 when this compile takes the wgmma body.
   const char* hopper_cond = mode == sparse_prefill::Path::sm90   ? "1"
-                            : mode == sparse_prefill::Path::sm80 ? "0"
+                            : mode == sparse_prefill::Path::portable ? "0"
                             : covered && sparse_prefill::sm90_preferred(p)
                                 ? "(defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL))"
                                 : "0";

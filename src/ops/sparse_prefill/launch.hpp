@@ -13,9 +13,9 @@
 namespace mlajit::sparse_prefill {
 
 // Which kernel runs. automatic: the Hopper kernel on sm_90a where it covers the spec and is the
-// better choice (sm90_preferred), else the portable one. sm80 / sm90 force an entry (sm90 fails
+// better choice (sm90_preferred), else the portable one. portable / sm90 force an entry (sm90 fails
 // clearly where it is unavailable).
-enum class Path { automatic, sm80, sm90 };
+enum class Path { automatic, portable, sm90 };
 const char* path_name(Path p);
 Path parse_path(std::string_view name, const std::string& field = "path");
 
@@ -77,23 +77,23 @@ TailSplit tail_split(int64_t items, int64_t grid, int64_t slots, int64_t indices
 // holds them) on `stream`: clear + mark + convert, or convert only (rows all).
 void stage(const Kernel& kernel, const SparsePrefillStageArgs& sa, StageRows rows, Stream stream);
 
-// Whether entry `path` (sm80 | sm90) exists for p and runs on a device of target `arch`; automatic:
+// Whether entry `path` (portable | sm90) exists for p and runs on a device of target `arch`; automatic:
 // whether any kernel does (false only for qk_math fp8, which has the Hopper kernel alone, off sm_90a).
 bool path_available(const SparsePrefillParams& p, const std::string& arch, Path path);
 // The path that runs for `requested` on a device of target `arch` (e.g. "sm_90a"); automatic:
-// sm90 where available and preferred (ops/sparse_prefill/plan.hpp: sm90_preferred), else sm80.
+// sm90 where available and preferred (ops/sparse_prefill/plan.hpp: sm90_preferred), else portable.
 // qk_math fp8 resolves to sm90 on sm_90a and is an Error (naming qk_math fp8 and the arch) for
-// the sm80 path and for any other arch.
+// the portable path and for any other arch.
 Path resolve_path(const SparsePrefillParams& p, const std::string& arch, Path requested);
 
-// The module that holds the compiled kernel of `path` (sm80 | sm90, resolved) for `p` on the current
+// The module that holds the compiled kernel of `path` (portable | sm90, resolved) for `p` on the current
 // device. Each module compiles one kernel body (ops/sparse_prefill/generate.cpp): the automatic
 // choice comes from Runtime::get (what `mlajit build` prebuilds); the other path of an sm_90a
 // device (forced, or the negative-scale fallback) from its own source, loaded once per process.
 // `stream`: the launch's stream; a kernel not loaded yet while it is being captured is an error.
 std::shared_ptr<const Kernel> kernel_for(const SparsePrefillParams& p, Path path, Stream stream = nullptr);
 
-// Launches entry `path` (sm80 | sm90) of `kernel` (kernel_for(p, path)) over args.num_tokens tokens.
+// Launches entry `path` (portable | sm90) of `kernel` (kernel_for(p, path)) over args.num_tokens tokens.
 // kv_staging bf16: `args` must have passed through make_stage_args (the kernel reads bf16 rows) and
 // stage() must have run on the stream before.
 // grid_ctas: 0 = automatic (the persistent sm90 kernel, Sm90Plan::persistent: one CTA per SM, at most
@@ -121,7 +121,7 @@ void run(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCach
 
 namespace mlajit {
 // The source of `spec` compiling one path's kernel: Path::automatic = generate(spec) (the Hopper
-// kernel on sm_90a targets where it is the automatic choice, else the portable one); sm80 / sm90:
+// kernel on sm_90a targets where it is the automatic choice, else the portable one); portable / sm90:
 // that kernel on any target it supports.
 KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill::Path mode);
 }  // namespace mlajit

@@ -50,7 +50,7 @@ int64_t persistent_ctas_budget(int64_t grid_ctas) {
 const char* path_name(Path p) {
   switch (p) {
     case Path::automatic: return "auto";
-    case Path::sm80: return "sm80";
+    case Path::portable: return "portable";
     case Path::sm90: return "sm90";
   }
   return "?";
@@ -58,9 +58,9 @@ const char* path_name(Path p) {
 
 Path parse_path(std::string_view name, const std::string& field) {
   if (name == "auto") return Path::automatic;
-  if (name == "sm80") return Path::sm80;
+  if (name == "portable") return Path::portable;
   if (name == "sm90") return Path::sm90;
-  throw_invalid(field, fmt::format("\"{}\"", name), "auto | sm80 | sm90");
+  throw_invalid(field, fmt::format("\"{}\"", name), "auto | portable | sm90");
 }
 
 SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCacheView& kv,
@@ -310,7 +310,7 @@ void stage(const Kernel& kernel, const SparsePrefillStageArgs& sa, StageRows row
 bool path_available(const SparsePrefillParams& p, const std::string& arch, Path path) {
   switch (path) {
     case Path::automatic: return portable_supported(p) || path_available(p, arch, Path::sm90);
-    case Path::sm80: return portable_supported(p);
+    case Path::portable: return portable_supported(p);
     case Path::sm90: return arch == "sm_90a" && sm90_supported(p);
   }
   return false;
@@ -320,8 +320,8 @@ Path resolve_path(const SparsePrefillParams& p, const std::string& arch, Path re
   if (!portable_supported(p)) {
     // qk_math fp8 has one kernel, the Hopper one: anything else is refused here, before a compile
     // or a cache lookup, naming what it needs.
-    if (requested == Path::sm80)
-      throw_invalid("sparse_prefill path sm80: params.qk_math", "fp8",
+    if (requested == Path::portable)
+      throw_invalid("sparse_prefill path portable: params.qk_math", "fp8",
                     "bf16 (the portable kernel has no FP8 math; qk_math fp8 runs on the Hopper kernel only)");
     if (requested == Path::automatic && !path_available(p, arch, Path::sm90))
       throw_invalid("sparse_prefill with qk_math fp8: device arch", arch,
@@ -329,8 +329,8 @@ Path resolve_path(const SparsePrefillParams& p, const std::string& arch, Path re
   }
   switch (requested) {
     case Path::automatic:
-      return path_available(p, arch, Path::sm90) && sm90_preferred(p) ? Path::sm90 : Path::sm80;
-    case Path::sm80: return Path::sm80;
+      return path_available(p, arch, Path::sm90) && sm90_preferred(p) ? Path::sm90 : Path::portable;
+    case Path::portable: return Path::portable;
     case Path::sm90:
       if (arch != "sm_90a") throw_invalid("sparse_prefill path sm90: device arch", arch, "sm_90a");
       if (!sm90_supported(p))
@@ -339,7 +339,7 @@ Path resolve_path(const SparsePrefillParams& p, const std::string& arch, Path re
                       "need at least 16 elements per scale)");
       return Path::sm90;
   }
-  return Path::sm80;
+  return Path::portable;
 }
 
 namespace {
@@ -375,7 +375,7 @@ std::shared_ptr<const Kernel> kernel_for(const SparsePrefillParams& p, Path path
     throw Error(ErrorKind::InvalidArgument,
                 fmt::format("sparse_prefill kernel {} ({} path) is not loaded and the launch stream is being captured "
                             "into a CUDA graph: precompile or load before capture (one launch before capturing)",
-                            spec.canonical(), path == Path::sm90 ? "sm90" : "sm80"));
+                            spec.canonical(), path == Path::sm90 ? "sm90" : "portable"));
   auto k = rt.load_source(generate_sparse_prefill_mode(spec, path));
   fm.modules.emplace(key, k);
   return k;
@@ -464,8 +464,8 @@ void run(const SparsePrefillParams& p, const TensorView& q, const ops::PagedCach
   // which has none, refused it in make_args).
   if (chosen == Path::sm90 && softmax_scale < 0.f) {
     if (path == Path::sm90)
-      throw_invalid("softmax_scale (sm90 path)", softmax_scale, ">= 0 on the sm90 kernel (the sm80 path takes any)");
-    chosen = Path::sm80;
+      throw_invalid("softmax_scale (sm90 path)", softmax_scale, ">= 0 on the sm90 kernel (the portable path takes any)");
+    chosen = Path::portable;
   }
   auto kernel = kernel_for(p, chosen, stream);
   if (p.kv_staging == KvStaging::bf16) stage(*kernel, stage_args, stage_rows, stream);
