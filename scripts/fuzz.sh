@@ -29,7 +29,11 @@ status=0
 for t in "${targets[@]}"; do
   run=build-fuzz/run/$t
   mkdir -p "$run/corpus" "$run/artifacts"
-  ./build-fuzz/fuzz_"$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  # The JSON readers get the dictionary of nesting, edge numbers and escapes (tests/fuzz/json.dict);
+  # fuzz_config also mutates structurally (duplicate members, values nested around the limit).
+  dict=()
+  [ "$t" != shape ] && dict=(-dict=tests/fuzz/json.dict)
+  ./build-fuzz/fuzz_"$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "${dict[@]}" \
     -artifact_prefix="$run/artifacts/" "$run/corpus" "tests/fuzz/corpus/$t" > "$run/log.txt" 2>&1
   rc=$?
   runs=$(grep -E "^stat::number_of_executed_units" "$run/log.txt" | awk '{print $2}')

@@ -173,6 +173,48 @@ def cache_dir():
     return i["cache_dir"]
 
 
+_MAX_CONFIG_BYTES = 16 << 20  # as the library's readers (src/core/input.hpp)
+
+
+def _read_config_file(path):
+    """The text of a config file: a regular file of at most 16 MiB (a FIFO or device is refused
+    without blocking on it, a directory is named as one)."""
+    import stat
+
+    kinds = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device",
+             stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+    try:
+        st = os.stat(path)
+        if stat.S_ISREG(st.st_mode):
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        else:
+            fd = None
+    except OSError as e:
+        raise InvalidArgumentError(f"config file {path}: got a path that cannot be opened ({e.strerror}), "
+                                   "expected a readable regular file") from None
+    if fd is not None:
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if stat.S_ISREG(st.st_mode):
+                data = f.read(_MAX_CONFIG_BYTES + 1)
+                if len(data) > _MAX_CONFIG_BYTES:
+                    raise InvalidArgumentError(f"config file {path}: got more than {_MAX_CONFIG_BYTES} bytes, "
+                                               f"expected at most {_MAX_CONFIG_BYTES} bytes")
+                return data.decode()
+    kind = kinds.get(stat.S_IFMT(st.st_mode), "not a regular file")
+    raise InvalidArgumentError(f"config file {path}: got {kind}, expected a regular file")
+
+
+def _no_duplicate_keys(pairs):
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise InvalidArgumentError(f"config: got the key {json.dumps(k)[:200]} twice, expected each key at most "
+                                       "once in an object")
+        out[k] = v
+    return out
+
+
 def _specs_of(config_or_specs):
     """(specs, config arch) of a config file path / JSON text / dict / list / Op / spec dict."""
     c = config_or_specs
@@ -181,9 +223,12 @@ def _specs_of(config_or_specs):
     if isinstance(c, (str, os.PathLike)):
         text = str(c)
         if not text.lstrip().startswith(("{", "[")):
-            with open(text) as f:
-                text = f.read()
-        c = json.loads(text)
+            text = _read_config_file(text)
+        try:
+            c = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        except RecursionError:
+            raise InvalidArgumentError("config: got JSON nested too deeply, expected at most 64 levels of "
+                                       "nesting") from None
     if isinstance(c, dict) and "kernels" in c:
         return [{"op": k["op"], "params": k.get("params", {})} for k in c["kernels"]], c.get("arch")
     if isinstance(c, dict):

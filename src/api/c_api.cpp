@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/input.hpp"
+#include "core/tensor_limits.hpp"
 #include "mlajit/build.hpp"
 #include "mlajit/cache.hpp"
 #include "mlajit/config.hpp"
@@ -74,15 +76,62 @@ mlajit::DType dtype_of(int32_t d, const char* what) {
   return static_cast<mlajit::DType>(d);
 }
 
+// The byte extent of a C tensor must fit in int64 (and so in size_t) and in an address space: its
+// byte size, and with strides the byte offset one past its last element, at most
+// kMaxTensorBytes, with data + extent not wrapping around. A product that wraps (a blocks
+// tensor with dim 0 = 2^62, say) or an extent no memory can hold (dim 0 = 2^40 of a 61-layer cache)
+// would otherwise pass every later shape check and reach the driver.
+void check_extent(const mlajit_tensor* t, mlajit::DType dtype, bool strided, const char* what) {
+  const int64_t esize = static_cast<int64_t>(mlajit::dtype_size(dtype));
+  std::string shape;
+  for (int d = 0; d < t->ndim; ++d) shape += fmt::format("{}{}", d ? ", " : "", t->shape[d]);
+  for (int d = 0; d < t->ndim; ++d)
+    if (t->shape[d] < 0) mlajit::throw_invalid(fmt::format("{}.shape[{}]", what, d), t->shape[d], "a non-negative size");
+  auto overflow = [&](const char* which) {
+    mlajit::throw_invalid(fmt::format("{}.{}", what, which),
+                          fmt::format("shape [{}] of {} ({} bytes per element)", shape, mlajit::dtype_name(dtype), esize),
+                          fmt::format("a tensor of at most 2^{} bytes (no address space holds more)",
+                                      mlajit::kMaxTensorBytesLog2));
+  };
+  auto check = [&](int64_t extent, const char* which) {
+    if (extent > mlajit::kMaxTensorBytes ||
+        reinterpret_cast<uintptr_t>(t->data) > UINTPTR_MAX - static_cast<uintptr_t>(extent))
+      overflow(which);
+  };
+  // Every nonzero dim counts (a zero dim makes the size 0, but products of the others are still
+  // formed elsewhere).
+  int64_t bytes = esize;
+  for (int d = 0; d < t->ndim; ++d)
+    if (t->shape[d] != 0 && __builtin_mul_overflow(bytes, t->shape[d], &bytes)) overflow("shape");
+  check(bytes, "shape");
+  if (!strided) return;
+  int64_t last = 0;  // offset of the last element, in elements
+  for (int d = 0; d < t->ndim; ++d) {
+    if (t->shape[d] <= 1) continue;
+    const int64_t stride = t->strides[d];
+    if (stride == INT64_MIN) overflow("strides");
+    int64_t step = 0;
+    if (__builtin_mul_overflow(t->shape[d] - 1, stride < 0 ? -stride : stride, &step) ||
+        __builtin_add_overflow(last, step, &last))
+      overflow("strides");
+  }
+  int64_t extent = 0;
+  if (__builtin_add_overflow(last, int64_t{1}, &extent) || __builtin_mul_overflow(extent, esize, &extent))
+    overflow("strides");
+  check(extent, "strides");
+}
+
 // A C tensor to a view; NULL gives an empty view (absent optional argument).
 mlajit::TensorView view_of(const mlajit_tensor* t, const char* what) {
   mlajit::TensorView v;
   if (t == nullptr) return v;
   if (t->ndim < 0 || t->ndim > MLAJIT_MAX_DIMS)
     mlajit::throw_invalid(std::string(what) + ".ndim", t->ndim, "0..6");
-  v = mlajit::TensorView(t->data, dtype_of(t->dtype, what), t->shape, t->ndim);
+  const mlajit::DType dtype = dtype_of(t->dtype, what);
   bool any_stride = false;
   for (int d = 0; d < t->ndim; ++d) any_stride |= t->strides[d] != 0;
+  check_extent(t, dtype, any_stride, what);
+  v = mlajit::TensorView(t->data, dtype, t->shape, t->ndim);
   if (any_stride)
     for (int d = 0; d < t->ndim; ++d) v.strides[d] = t->strides[d];
   return v;
@@ -123,11 +172,18 @@ const P& params_of(mlajit_op op, const char* fn) {
   return *p;
 }
 
+// Specs are parsed as every JSON input: at most 1 MiB of text (C strings have no other bound), the
+// nesting limit and duplicate keys refused, bounded excerpts in messages.
+constexpr size_t kMaxSpecJsonBytes = 1 << 20;
+
 mlajit::KernelSpec spec_of(const char* json_text) {
   if (json_text == nullptr) mlajit::throw_invalid("spec_json", "NULL", "a JSON string");
-  auto j = nlohmann::json::parse(json_text, nullptr, false);
-  if (j.is_discarded()) mlajit::throw_invalid("spec_json", json_text, "valid JSON {\"op\": ..., \"params\": {...}}");
-  return mlajit::kernel_spec_from_json(j, "spec");
+  const size_t len = ::strnlen(json_text, kMaxSpecJsonBytes + 1);
+  if (len > kMaxSpecJsonBytes)
+    mlajit::throw_invalid("spec_json", fmt::format("more than {} bytes", kMaxSpecJsonBytes),
+                          fmt::format("a spec of at most {} bytes", kMaxSpecJsonBytes));
+  return mlajit::kernel_spec_from_json(mlajit::parse_json_input(std::string_view(json_text, len), "spec_json", "spec"),
+                                       "spec");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/input.hpp"
 #include "mlajit/autotune.hpp"
 #include "mlajit/error.hpp"
 
@@ -28,10 +29,10 @@ uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
 
 std::vector<KernelSetEntry> expand_entry(const json& entry, const std::string& path, int index, bool* default_space) {
   *default_space = false;
-  if (!entry.is_object()) throw_invalid(path, entry.dump(), "an object {\"op\", \"params\", \"sweep\"}");
+  if (!entry.is_object()) throw_invalid(path, json_excerpt(entry), "an object {\"op\", \"params\", \"sweep\"}");
   if (entry.contains("sweep")) return expand_sweep(entry, path, index);
   auto op_it = entry.find("op");
-  if (op_it == entry.end() || !op_it->is_string()) throw_invalid(path + ".op", entry.dump(), "an op name string");
+  if (op_it == entry.end() || !op_it->is_string()) throw_invalid(path + ".op", json_excerpt(entry), "an op name string");
   const Op op = parse_op(op_it->get<std::string>(), path + ".op");
   const json params = entry.value("params", json::object());
   json space = json::object();
@@ -97,16 +98,8 @@ std::vector<TuneGroup> tune_groups_from_config(const json& config) {
 }
 
 std::vector<TuneGroup> load_tune_groups(const std::string& config_path, std::string* arch) {
-  std::ifstream f(config_path);
-  if (!f) throw_invalid("config file", config_path, "a readable JSON file");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    throw_invalid(fmt::format("config file {}", config_path), e.what(), "valid JSON");
-  }
+  const json j = parse_json_input(read_input_file(config_path, "config file", kMaxJsonFileBytes),
+                                  fmt::format("config file {}", config_path), "config");
   auto groups = tune_groups_from_config(j);
   if (arch) *arch = j.is_object() && j.contains("arch") && j["arch"].is_string() ? j["arch"].get<std::string>() : "";
   return groups;

@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/input.hpp"
 #include "mlajit/autotune.hpp"
 #include "mlajit/error.hpp"
 #include "mlajit/log.hpp"
@@ -42,11 +43,11 @@ constexpr int kFormatVersion = 1;
 std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
 
 uint64_t parse_hex64(const json& j, const std::string& path) {
-  if (!j.is_string() || j.get<std::string>().size() != 16) throw_invalid(path, j.dump(), "16 hex digits");
+  if (!j.is_string() || j.get<std::string>().size() != 16) throw_invalid(path, json_excerpt(j), "16 hex digits");
   try {
     return std::stoull(j.get<std::string>(), nullptr, 16);
   } catch (const std::exception&) {
-    throw_invalid(path, j.dump(), "16 hex digits");
+    throw_invalid(path, json_excerpt(j), "16 hex digits");
   }
 }
 
@@ -88,15 +89,17 @@ struct ParsedFile {
 
 ParsedFile read_file(const std::string& path) {
   ParsedFile out;
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return out;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return out;
   out.exists = true;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
+  json j;
+  try {
+    // Bounded, regular files only (a FIFO or device at this path is refused, not waited on), and
+    // parsed with the nesting limit and duplicate keys refused.
+    j = parse_json_input(read_input_file(path, "tuning database", kMaxTuningFileBytes), "tuning database", "tuning");
+  } catch (const Error& e) {
     out.corrupt = true;
-    out.why = "not valid JSON";
+    out.why = e.what();
     return out;
   }
   if (!j.is_object() || j.value("format", std::string()) != kFormat || !j.contains("records") ||
@@ -182,7 +185,7 @@ json TuningRecord::to_json() const {
 }
 
 TuningRecord TuningRecord::from_json(const json& j, const std::string& path) {
-  if (!j.is_object()) throw_invalid(path, j.dump(), "a record object");
+  if (!j.is_object()) throw_invalid(path, json_excerpt(j), "a record object");
   auto need = [&](const char* k) -> const json& {
     auto it = j.find(k);
     if (it == j.end()) throw_invalid(path + "." + k, "nothing", "a value");
@@ -190,22 +193,24 @@ TuningRecord TuningRecord::from_json(const json& j, const std::string& path) {
   };
   TuningRecord r;
   const json& op = need("op");
-  if (!op.is_string()) throw_invalid(path + ".op", op.dump(), "an op name");
+  if (!op.is_string()) throw_invalid(path + ".op", json_excerpt(op), "an op name");
   r.op = parse_op(op.get<std::string>(), path + ".op");
   const json& dev = need("device");
-  if (!dev.is_string()) throw_invalid(path + ".device", dev.dump(), "a device name");
+  if (!dev.is_string()) throw_invalid(path + ".device", json_excerpt(dev), "a device name");
   r.device = dev.get<std::string>();
   const json& sm = need("sm_count");
-  if (!sm.is_number_integer() || sm.get<int>() < 1) throw_invalid(path + ".sm_count", sm.dump(), "a positive integer");
+  if (!sm.is_number_integer() || (sm.is_number_unsigned() ? sm.get<uint64_t>() > 2147483647u
+                                                           : (sm.get<int64_t>() < 1 || sm.get<int64_t>() > 2147483647)))
+    throw_invalid(path + ".sm_count", json_excerpt(sm), "a positive integer below 2^31");
   r.sm_count = sm.get<int>();
   r.bucket = ShapeBucket::from_json(r.op, need("bucket"), path + ".bucket");
   const json& ver = need("version");
-  if (!ver.is_string()) throw_invalid(path + ".version", ver.dump(), "a version string");
+  if (!ver.is_string()) throw_invalid(path + ".version", json_excerpt(ver), "a version string");
   r.version = ver.get<std::string>();
   r.params = params_from_json(r.op, need("params"), path + ".params");
   KernelSpec{r.params}.validate();
   const json& med = need("median_ms");
-  if (!med.is_number() || !(med.get<double>() > 0)) throw_invalid(path + ".median_ms", med.dump(), "a positive time");
+  if (!med.is_number() || !(med.get<double>() > 0)) throw_invalid(path + ".median_ms", json_excerpt(med), "a positive time");
   r.median_ms = med.get<double>();
   r.default_ms = j.value("default_ms", 0.0);
   r.sweep_signature = j.contains("sweep") ? parse_hex64(j["sweep"], path + ".sweep") : 0;

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/input.hpp"
 #include "jit/remote_cache.hpp"
 #include "mlajit/error.hpp"
 #include "mlajit/log.hpp"
@@ -34,8 +35,9 @@ TuningShare pull_tuning(const TuningDb& db, RemoteCache& remote) {
   std::vector<TuningRecord> records;
   for (const auto& text : remote.records(kCollection)) {
     ++s.remote;
-    auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     try {
+      // As every JSON input: nesting limit, duplicate keys refused.
+      const auto j = parse_json_input(text, "remote tuning record", "record");
       records.push_back(TuningRecord::from_json(j, "remote tuning record"));
     } catch (const Error& e) {
       // Signed by the fleet but from another mlajit version (other params): not ours to use.

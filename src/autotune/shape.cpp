@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/input.hpp"
 #include "mlajit/autotune.hpp"
 #include "mlajit/error.hpp"
 #include "core/op_definition.hpp"
@@ -101,19 +102,19 @@ json ShapeBucket::to_json(Op op) const {
 }
 
 ShapeBucket ShapeBucket::from_json(Op op, const json& j, const std::string& path) {
-  if (!j.is_object()) throw_invalid(path, j.dump(), "an object of bucketed sizes");
+  if (!j.is_object()) throw_invalid(path, json_excerpt(j), "an object of bucketed sizes");
   ShapeBucket b;
   for (const auto& k : shape_keys(op)) {
     if (!k.bucketed) continue;
     auto it = j.find(k.name);
     if (it == j.end() || !it->is_number_integer() || it->get<int64_t>() < 1)
-      throw_invalid(path + "." + k.name, it == j.end() ? std::string("nothing") : it->dump(),
+      throw_invalid(path + "." + k.name, it == j.end() ? std::string("nothing") : json_excerpt(*it),
                     "a positive power of two");
     const int64_t v = it->get<int64_t>();
     if ((v & (v - 1)) != 0) throw_invalid(path + "." + k.name, v, "a power of two");
     if (b.ndim < kMaxDims) b.log2[b.ndim++] = static_cast<uint8_t>(ceil_log2(v));
   }
-  if (j.size() != b.ndim) throw_invalid(path, j.dump(), "exactly the bucketed sizes of " + std::string(op_name(op)));
+  if (j.size() != b.ndim) throw_invalid(path, json_excerpt(j), "exactly the bucketed sizes of " + std::string(op_name(op)));
   return b;
 }
 

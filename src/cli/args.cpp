@@ -1,6 +1,23 @@
 #include "cli/args.hpp"
 
+#include <cctype>
+
 namespace mlajit::cli {
+
+bool looks_like_option(const std::string& a) {
+  // "-" alone (stdin, by convention) and negative numbers ("-1") are values.
+  return a.size() >= 2 && a[0] == '-' && !std::isdigit(static_cast<unsigned char>(a[1])) && a[1] != '.';
+}
+
+bool is_value_option(const std::string& arg) {
+  // Every option of any command that takes a value (the Args declarations of cmd_*.cpp); "-o" is
+  // cache export's short --output.
+  static const std::set<std::string> kValueOptions = {"--anchor", "--arch",  "--cache-dir", "--csv",
+                                                      "--devices", "--jobs", "--kernel",    "--max-bytes",
+                                                      "--output",  "--reps", "--seed",      "--shape",
+                                                      "--warmup",  "-o"};
+  return kValueOptions.count(arg) > 0;
+}
 
 Args::Args(const std::vector<std::string>& argv, std::set<std::string> flags, std::set<std::string> options) {
   for (size_t i = 0; i < argv.size(); ++i) {
@@ -20,6 +37,11 @@ Args::Args(const std::vector<std::string>& argv, std::set<std::string> flags, st
         if (!has_value) {
           if (i + 1 >= argv.size()) throw_invalid("option --" + name, "nothing", "a value after it");
           value = argv[++i];
+          // `--arch --help`: a value that looks like an option is a forgotten value, not a value
+          // (a value that does start with '-' can be given as --name=VALUE).
+          if (looks_like_option(value))
+            throw_invalid("option --" + name, fmt::format("\"{}\" (an option)", value),
+                          fmt::format("a value after it (write --{}=VALUE for a value starting with '-')", name));
         }
         values_[name] = value;
       } else {

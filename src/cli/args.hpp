@@ -11,6 +11,12 @@
 
 namespace mlajit::cli {
 
+// An argument that looks like an option ("--help", "-h"; not "-" or a negative number).
+bool looks_like_option(const std::string& arg);
+// Whether `arg` ("--arch") is an option that takes a value in some command (so the argument
+// after it is its value, not an option of its own).
+bool is_value_option(const std::string& arg);
+
 class Args {
  public:
   // `flags`: options without value (e.g. "json"); `options`: options taking a value (e.g. "arch").

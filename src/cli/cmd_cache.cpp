@@ -10,6 +10,7 @@
 #include "cli/cli_common.hpp"
 #include "cli/commands.hpp"
 #include "cli/remote_report.hpp"
+#include "jit/lock_files.hpp"
 #include "mlajit/config.hpp"
 
 namespace mlajit::cli {
@@ -63,6 +64,8 @@ int cache_ls(DiskCache& cache, bool json) {
 }
 
 int cache_verify(DiskCache& cache, bool json, bool remove) {
+  // Listed (and with --remove removed) before the entries are checked.
+  const std::vector<std::string> orphaned_locks = orphaned_lock_files(cache, remove);
   VerifyReport r = cache.verify(remove);
   // Bad entries of read-only layers stay (they are skipped at lookup, never loaded).
   size_t removed = 0;
@@ -72,7 +75,8 @@ int cache_verify(DiskCache& cache, bool json, bool remove) {
     nlohmann::json corrupt = nlohmann::json::array();
     for (auto& c : r.corrupt) corrupt.push_back({{"path", c.path}, {"reason", c.reason}, {"read_only", c.read_only}});
     std::puts(nlohmann::json({{"cache_dir", cache.dir()}, {"layers", layers_json(cache)}, {"entries", r.entries},
-                              {"ok", r.ok}, {"corrupt", corrupt}, {"removed", removed}})
+                              {"ok", r.ok}, {"corrupt", corrupt}, {"removed", removed},
+                              {"orphaned_locks", orphaned_locks}, {"orphaned_locks_removed", remove}})
                   .dump(2)
                   .c_str());
   } else {
@@ -80,7 +84,13 @@ int cache_verify(DiskCache& cache, bool json, bool remove) {
     for (auto& c : r.corrupt)
       std::printf("corrupt: %s: %s%s\n", c.path.c_str(), c.reason.c_str(),
                   !remove ? "" : c.read_only ? " (read-only layer: not removed)" : " (removed)");
-    std::printf("%zu entries: %zu ok, %zu corrupt\n", r.entries, r.ok, r.corrupt.size());
+    for (auto& l : orphaned_locks)
+      std::printf("orphaned lock: %s: no entry and no holder (its writer died)%s\n", l.c_str(), remove ? " (removed)" : "");
+    std::printf("%zu entries: %zu ok, %zu corrupt", r.entries, r.ok, r.corrupt.size());
+    if (!orphaned_locks.empty())
+      std::printf("; %zu orphaned lock file%s%s", orphaned_locks.size(), orphaned_locks.size() == 1 ? "" : "s",
+                  remove ? " removed" : " (cache verify --remove removes them)");
+    std::printf("\n");
   }
   // Corrupt entries are a runtime failure of the cache (exit 4) until they are removed.
   return r.corrupt.size() == removed ? 0 : 4;

@@ -10,7 +10,6 @@
 
 #include <cstdio>
 #include <fstream>
-#include <iterator>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +19,7 @@
 #include "cli/commands.hpp"
 #include "cli/remote_report.hpp"
 #include "cli/progress.hpp"
+#include "core/input.hpp"
 #include "core/parallel.hpp"
 #include "jit/remote_cache.hpp"
 #include "mlajit/build.hpp"
@@ -36,14 +36,6 @@ namespace {
 std::string archive_key() {
   auto path = config::env("MLAJIT_REMOTE_CACHE_KEY_FILE");
   return path ? read_fleet_key(*path) : std::string();
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw_error(ErrorKind::Io, "cannot open cache archive {}", path);
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw_error(ErrorKind::Io, "cannot read cache archive {}", path);
-  return data;
 }
 
 // Writes `data` to `path` through a temp file and a rename: a reader sees the old file or the
@@ -135,7 +127,7 @@ int cache_import(const Argv& argv) {
   if (args.get("arch"))
     for (auto& a : resolve_archs(args, "")) wanted.insert(a);
   const std::string key = archive_key();
-  const UnpackedArchive archive = unpack_cache_archive(read_file(file), key, args.flag("allow-unsigned"));
+  const UnpackedArchive archive = unpack_cache_archive(read_input_file(file, "cache archive", kMaxArchiveFileBytes), key, args.flag("allow-unsigned"));
   auto cache = open_cache(args);
   if (!cache->writable())
     throw_error(ErrorKind::Cache, "cache import: every cache layer is read-only ({}); nothing imported", cache->dir());

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "mlajit/error.hpp"
 #include "mlajit/version.hpp"
@@ -80,14 +81,17 @@ const char* command_help(const std::string& cmd) {
 }
 
 bool wants_version(const mlajit::cli::Argv& rest) {
-  for (const auto& a : rest)
-    if (a == "--version") return true;
+  for (size_t i = 0; i < rest.size(); ++i)
+    if (rest[i] == "--version" && !(i > 0 && mlajit::cli::is_value_option(rest[i - 1]))) return true;
   return false;
 }
 
+// --help / -h anywhere, except as the value of an option (`--arch --help`: the command then
+// refuses "--help" as an arch, naming the option).
 bool wants_help(const mlajit::cli::Argv& rest) {
-  for (const auto& a : rest)
-    if (a == "--help" || a == "-h") return true;
+  for (size_t i = 0; i < rest.size(); ++i)
+    if ((rest[i] == "--help" || rest[i] == "-h") && !(i > 0 && mlajit::cli::is_value_option(rest[i - 1])))
+      return true;
   return false;
 }
 

@@ -1,5 +1,6 @@
 #include "mlajit/dtype.hpp"
 
+#include "core/input.hpp"
 #include "mlajit/error.hpp"
 
 namespace mlajit {
@@ -31,7 +32,7 @@ size_t dtype_size(DType t) {
 DType parse_dtype(std::string_view name, const std::string& field) {
   for (const auto& d : kDTypes)
     if (d.name == name) return d.type;
-  throw_invalid(field, fmt::format("\"{}\"", name), "one of f32, f16, bf16, fp8_e4m3, u32, i32");
+  throw_invalid(field, json_quoted(name), "one of f32, f16, bf16, fp8_e4m3, u32, i32");
 }
 
 }  // namespace mlajit

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/input.hpp"
 #include "core/param_checks.hpp"
 #include "core/renamed_keys.hpp"
 #include "mlajit/error.hpp"
@@ -60,7 +61,7 @@ template <typename E>
 E parse_enum(const std::string& s, const std::string& path) {
   for (auto& [k, n] : EnumNames<E>::v)
     if (s == n) return k;
-  throw_invalid(path, fmt::format("\"{}\"", s), enum_choices<E>());
+  throw_invalid(path, json_quoted(s), enum_choices<E>());
 }
 
 // ---- field visitors: one list of fields per struct drives both JSON directions -----------------
@@ -87,35 +88,39 @@ struct JsonReader {
 
   void operator()(const char* name, int& v) {
     if (auto* j = get(name)) {
-      if (!j->is_number_integer()) throw_invalid(at(name), j->dump(), "an integer");
-      auto x = j->get<long long>();
-      if (x < -(1LL << 31) || x >= (1LL << 31)) throw_invalid(at(name), x, "a 32-bit integer");
-      v = static_cast<int>(x);
+      constexpr const char* kRange = "an integer in [-2147483648, 2147483647]";
+      if (!j->is_number_integer()) throw_invalid(at(name), json_excerpt(*j), kRange);
+      // An unsigned value is compared as unsigned: 9223372036854775808 is not a negative number.
+      // The value is quoted as written (dump() of a number does not recurse).
+      if (j->is_number_unsigned() ? j->get<unsigned long long>() > 2147483647ull
+                                  : (j->get<long long>() < -(1LL << 31) || j->get<long long>() >= (1LL << 31)))
+        throw_invalid(at(name), j->dump(), kRange);
+      v = static_cast<int>(j->get<long long>());
     }
   }
   void operator()(const char* name, bool& v) {
     if (auto* j = get(name)) {
-      if (!j->is_boolean()) throw_invalid(at(name), j->dump(), "true or false");
+      if (!j->is_boolean()) throw_invalid(at(name), json_excerpt(*j), "true or false");
       v = j->get<bool>();
     }
   }
   void operator()(const char* name, DType& v) {
     if (auto* j = get(name)) {
-      if (!j->is_string()) throw_invalid(at(name), j->dump(), "a dtype name string");
+      if (!j->is_string()) throw_invalid(at(name), json_excerpt(*j), "a dtype name string");
       v = parse_dtype(j->get<std::string>(), at(name));
     }
   }
   template <typename E>
   void operator()(const char* name, E& v) {
     if (auto* j = get(name)) {
-      if (!j->is_string()) throw_invalid(at(name), j->dump(), "one of " + enum_choices<E>());
+      if (!j->is_string()) throw_invalid(at(name), json_excerpt(*j), "one of " + enum_choices<E>());
       v = parse_enum<E>(j->get<std::string>(), at(name));
     }
   }
   void reject_unknown() const {
     for (auto it = in.begin(); it != in.end(); ++it)
       if (!seen.count(it.key()))
-        throw_invalid(path, fmt::format("unknown field \"{}\"", it.key()),
+        throw_invalid(path, fmt::format("unknown field {}", json_quoted(it.key())),
                       fmt::format("only the fields of this op ({}){}", known(), renamed_key_hint(it.key())));
   }
   std::string known() const {
@@ -205,7 +210,7 @@ std::string_view op_name(Op op) {
 Op parse_op(std::string_view name, const std::string& field) {
   for (auto& [k, n] : kOpNames)
     if (name == n) return k;
-  throw_invalid(field, fmt::format("\"{}\"", name), op_choices());
+  throw_invalid(field, json_quoted(name), op_choices());
 }
 
 Op KernelSpec::op() const { return static_cast<Op>(params.index()); }
@@ -237,7 +242,7 @@ json params_to_json(const OpParams& p) {
 }
 
 OpParams params_from_json(Op op, const json& j, const std::string& path) {
-  if (!j.is_object()) throw_invalid(path, j.dump(), "a JSON object of params");
+  if (!j.is_object()) throw_invalid(path, json_excerpt(j), "a JSON object of params");
   OpParams p = default_params(op);
   JsonReader r{j, path, {}};
   visit_any(p, r);
@@ -250,15 +255,18 @@ json to_json(const KernelSpec& spec) {
 }
 
 KernelSpec kernel_spec_from_json(const json& j, const std::string& path) {
-  if (!j.is_object()) throw_invalid(path, j.dump(), "an object {\"op\": ..., \"params\": {...}}");
+  check_json_depth(j, path);  // a value built by the caller: no walk below recurses deeper than the limit
+  if (!j.is_object()) throw_invalid(path, json_excerpt(j), "an object {\"op\": ..., \"params\": {...}}");
   for (auto it = j.begin(); it != j.end(); ++it)
     if (it.key() != "op" && it.key() != "params")
-      throw_invalid(path, fmt::format("unknown field \"{}\"", it.key()), "only \"op\" and \"params\"");
+      throw_invalid(path, fmt::format("unknown field {}", json_quoted(it.key())), "only \"op\" and \"params\"");
   auto op_it = j.find("op");
-  if (op_it == j.end() || !op_it->is_string()) throw_invalid(path + ".op", j.dump(), "an op name string");
+  if (op_it == j.end() || !op_it->is_string())
+    throw_invalid(path + ".op", op_it == j.end() ? std::string("nothing") : json_excerpt(*op_it), "an op name string");
   Op op = parse_op(op_it->get<std::string>(), path + ".op");
   auto p_it = j.find("params");
-  KernelSpec spec{params_from_json(op, p_it == j.end() ? json::object() : *p_it, path + ".params")};
+  static const json kNoParams = json::object();
+  KernelSpec spec{params_from_json(op, p_it == j.end() ? kNoParams : *p_it, path + ".params")};
   try {
     spec.validate();
   } catch (const Error& e) {

@@ -1,5 +1,6 @@
 #include "mlajit/tensor.hpp"
 
+#include "core/tensor_limits.hpp"
 #include "mlajit/error.hpp"
 
 namespace mlajit {
@@ -7,8 +8,15 @@ namespace mlajit {
 TensorView::TensorView(void* ptr, DType t, const int64_t* dims, int n) : data(ptr), dtype(t), ndim(n) {
   if (n < 0 || n > kMaxDims) throw_invalid("tensor rank", n, fmt::format("0..{}", kMaxDims));
   int64_t stride = 1;
+  // The byte size must fit in int64 (numel(), strides and every byte offset are computed in it);
+  // every nonzero dim counts, so that no product of dims formed later can wrap either.
+  int64_t bytes = static_cast<int64_t>(dtype_size(t));
   for (int d = n - 1; d >= 0; --d) {
     if (dims[d] < 0) throw_invalid(fmt::format("tensor dim {}", d), dims[d], "a non-negative size");
+    if (dims[d] != 0 && (__builtin_mul_overflow(bytes, dims[d], &bytes) || bytes > kMaxTensorBytes))
+      throw_invalid(fmt::format("tensor dim {}", d), dims[d],
+                    fmt::format("a size for which the tensor has at most 2^{} bytes (no address space holds more)",
+                                kMaxTensorBytesLog2));
     shape[d] = dims[d];
     strides[d] = stride;
     stride *= dims[d];

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/hmac.hpp"
+#include "core/input.hpp"
 #include "core/little_endian.hpp"
 #include "core/sha256.hpp"
 #include "mlajit/error.hpp"
@@ -101,12 +102,18 @@ UnpackedArchive unpack_cache_archive(const std::string& data, const std::string&
     }
   }
 
-  nlohmann::json j = nlohmann::json::parse(manifest, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("entries") || !j["entries"].is_array())
+  nlohmann::json j;
+  try {
+    // Nesting limit and duplicate keys refused, as in every JSON input.
+    j = parse_json_input(manifest, "the manifest", "manifest");
+  } catch (const Error& e) {
+    bad_archive(e.what());
+  }
+  if (!j.is_object() || !j.contains("entries") || !j["entries"].is_array())
     bad_archive("the manifest is not a JSON object with an \"entries\" list");
   const nlohmann::json format = j.contains("format") ? j["format"] : nlohmann::json();
   if (!format.is_number_unsigned() || format.get<uint64_t>() != kCacheArchiveVersion)
-    bad_archive(fmt::format("the manifest says format {}, expected {}", format.dump(), kCacheArchiveVersion));
+    bad_archive(fmt::format("the manifest says format {}, expected {}", json_excerpt(format), kCacheArchiveVersion));
   size_t offset = kArchiveHeader + manifest_len + signature_len;
   std::set<std::string> keys;
   for (const auto& m : j["entries"]) {
@@ -118,29 +125,32 @@ UnpackedArchive unpack_cache_archive(const std::string& data, const std::string&
     };
     ArchiveEntry e;
     e.key = field("key");
+    // Quoted in messages (bounded, control characters escaped); compared below as they are.
     const std::string name = field("name"), arch = field("arch"), sum = field("sha256");
+    const std::string qname = json_quoted(name, 80), qarch = json_quoted(arch, 40);
     try {
       validate_cache_key(e.key);
     } catch (const Error&) {
-      bad_archive(fmt::format("manifest entry {} ({}): key \"{}\" is not 64 lowercase hex characters", index, name, e.key));
+      bad_archive(fmt::format("manifest entry {} ({}): key {} is not 64 lowercase hex characters", index, qname,
+                              json_quoted(e.key, 80)));
     }
-    if (!keys.insert(e.key).second) bad_archive(fmt::format("entry {} ({}) is listed twice", e.key, name));
+    if (!keys.insert(e.key).second) bad_archive(fmt::format("entry {} ({}) is listed twice", e.key, qname));
     if (!m.contains("bytes") || !m["bytes"].is_number_unsigned())
-      bad_archive(fmt::format("manifest entry {} ({}) has no byte count", index, name));
+      bad_archive(fmt::format("manifest entry {} ({}) has no byte count", index, qname));
     const uint64_t bytes = m["bytes"].get<uint64_t>();
     if (bytes > data.size() - offset)
       bad_archive(fmt::format("entry {} ({}) needs {} bytes at offset {}, but the archive ends at {} (truncated?)",
-                              index, name, bytes, offset, data.size()));
+                              index, qname, bytes, offset, data.size()));
     const std::string file = data.substr(offset, bytes);
     offset += bytes;
     if (sha256_hex(file) != sum)
-      bad_archive(fmt::format("entry {} ({} for {}): SHA-256 mismatch (damaged or altered)", index, name, arch));
+      bad_archive(fmt::format("entry {} ({} for {}): SHA-256 mismatch (damaged or altered)", index, qname, qarch));
     std::string why;
     auto decoded = decode_cache_entry(file, e.key, &why);
-    if (!decoded) bad_archive(fmt::format("entry {} ({} for {}): {}", index, name, arch, why));
+    if (!decoded) bad_archive(fmt::format("entry {} ({} for {}): {}", index, qname, qarch, why));
     if (decoded->meta.name != name || decoded->meta.arch != arch)
-      bad_archive(fmt::format("entry {}: the manifest says {} for {}, the entry {} for {}", index, name, arch,
-                              decoded->meta.name, decoded->meta.arch));
+      bad_archive(fmt::format("entry {}: the manifest says {} for {}, the entry {} for {}", index, qname, qarch,
+                              json_quoted(decoded->meta.name, 80), json_quoted(decoded->meta.arch, 40)));
     e.entry = std::move(*decoded);
     out.entries.push_back(std::move(e));
   }

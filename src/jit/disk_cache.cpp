@@ -21,7 +21,9 @@
 #include "mlajit/error.hpp"
 #include "mlajit/log.hpp"
 #include "mlajit/version.hpp"
+#include "core/input.hpp"
 #include "core/sha256.hpp"
+#include "jit/lock_files.hpp"
 #include "core/little_endian.hpp"
 
 namespace mlajit {
@@ -33,6 +35,8 @@ constexpr size_t kHeaderSize = 152;
 constexpr const char* kEntrySuffix = ".mjc";
 constexpr const char* kLockSuffix = ".lock";
 constexpr const char* kTempSuffix = ".tmp";
+// Far above any cubin (a few MB); an entry file is read whole.
+constexpr uint64_t kMaxEntryBytes = 1ull << 30;
 
 using le::put_u32;
 using le::put_u64;
@@ -135,6 +139,54 @@ void remove_dead_temps(const std::string& dir, const std::vector<std::string>& n
   }
 }
 
+// A lock file is orphaned when its entry does not exist and no process holds it: its writer died
+// between taking the lock and storing the entry (SIGKILL, OOM, power loss). A live writer holds its
+// flock from just after creating the file to after the put, so a lock we can flock is not in use;
+// the age guards the instant between open(O_CREAT) and flock in a live writer. (A process that
+// opened an old lock file and is about to flock it then locks an unlinked file and may compile the
+// key a second time -- harmless, see remove_lock.)
+constexpr int kDeadLockSeconds = 2;
+
+std::vector<std::string> orphaned_locks(const std::string& dir, const std::vector<std::string>& names, bool remove) {
+  std::vector<std::string> found;
+  const time_t now = ::time(nullptr);
+  for (auto& n : names) {
+    if (!ends_with(n, kLockSuffix)) continue;
+    const std::string key = n.substr(0, n.size() - std::strlen(kLockSuffix));
+    if (!is_key(key)) continue;
+    const std::string entry = dir + "/" + key + kEntrySuffix, path = dir + "/" + n;
+    struct stat st;
+    if (::lstat(entry.c_str(), &st) == 0 || errno != ENOENT) continue;
+    // O_NONBLOCK: a FIFO planted under this name is not waited on (and is not a regular file).
+    int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) continue;
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime >= kDeadLockSeconds &&
+        ::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::lstat(entry.c_str(), &st) != 0 && errno == ENOENT) {
+      found.push_back(path);
+      if (remove && ::unlink(path.c_str()) == 0) log::debug("removed {}, left by a writer that died", path);
+    }
+    ::close(fd);  // releases the flock
+  }
+  return found;
+}
+
+// The first writer of this process into `dir` (a KeyLock or a put) removes the orphaned locks
+// there, so that crashes do not leave lock files behind for ever; once per process and directory.
+void remove_orphaned_locks_once(const std::string& dir) {
+  static std::mutex mu;
+  static std::vector<std::string> done;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (std::find(done.begin(), done.end(), dir) != done.end()) return;
+    done.push_back(dir);
+  }
+  try {
+    orphaned_locks(dir, list_names(dir), /*remove=*/true);
+  } catch (const Error& e) {
+    log::debug("cannot sweep orphaned locks in {}: {}", dir, e.what());
+  }
+}
+
 struct Parsed {
   std::optional<CacheEntry> entry;
   std::string reason;  // why it is bad, when entry is empty
@@ -184,7 +236,8 @@ struct ReadResult {
 // it is then never touched.
 ReadResult read_entry_file(const std::string& path, bool read_only, bool touch) {
   ReadResult r;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  // O_NONBLOCK: a FIFO planted under an entry's name is refused below, not waited on.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) return r;
     r.exists = true;
@@ -194,7 +247,9 @@ ReadResult read_entry_file(const std::string& path, bool read_only, bool touch) 
   r.exists = true;
   struct stat st;
   if (fstat(fd, &st) != 0) r.reason = fmt::format("cannot stat: {}", errno_text());
-  else if (!S_ISREG(st.st_mode)) r.reason = "not a regular file";
+  else if (!S_ISREG(st.st_mode)) r.reason = fmt::format("not a regular file ({})", file_type_name(st.st_mode));
+  else if (static_cast<uint64_t>(st.st_size) > kMaxEntryBytes)
+    r.reason = fmt::format("{} bytes, more than the {} an entry may have", st.st_size, kMaxEntryBytes);
   else if (st.st_uid != geteuid() && !(read_only && st.st_uid == 0))
     r.reason = fmt::format("owned by uid {}, not by the current user{}", st.st_uid, read_only ? " or root" : "");
   else if (st.st_mode & (S_IWGRP | S_IWOTH)) r.reason = writable_by_others(st);
@@ -241,15 +296,21 @@ namespace {
 // a negative number unchecked (1e300 -> undefined behaviour); a planted entry must not get there.
 unsigned meta_uint(const nlohmann::json& j, const char* name) {
   const auto& v = j.at(name);
-  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > int64_t{UINT32_MAX})
-    throw_error(ErrorKind::Cache, "bad metadata JSON: {} is {}, expected an integer in [0, 2^32)", name, v.dump());
+  if (!v.is_number_integer() || (v.is_number_unsigned() ? v.get<uint64_t>() > UINT32_MAX
+                                                          : (v.get<int64_t>() < 0 || v.get<int64_t>() > int64_t{UINT32_MAX})))
+    throw_error(ErrorKind::Cache, "bad metadata JSON: {} is {}, expected an integer in [0, 2^32)", name, json_excerpt(v));
   return static_cast<unsigned>(v.get<int64_t>());
 }
 }  // namespace
 
 CacheEntryMeta CacheEntryMeta::from_json(const std::string& text) {
   try {
-    auto j = nlohmann::json::parse(text);
+    nlohmann::json j;
+    try {
+      j = parse_json_input(text, "metadata", "meta");  // nesting limit, duplicate keys refused
+    } catch (const Error& e) {
+      throw_error(ErrorKind::Cache, "bad metadata JSON: {}", e.what());
+    }
     CacheEntryMeta m;
     m.name = j.at("name").get<std::string>();
     m.base_key = j.value("base_key", "");
@@ -264,7 +325,7 @@ CacheEntryMeta CacheEntryMeta::from_json(const std::string& text) {
     m.mlajit_version = j.value("mlajit_version", "");
     // An integer or absent (an older entry); j.value() would convert a float unchecked.
     if (j.contains("created") && !j["created"].is_number_integer())
-      throw_error(ErrorKind::Cache, "bad metadata JSON: created is {}, expected unix seconds", j["created"].dump());
+      throw_error(ErrorKind::Cache, "bad metadata JSON: created is {}, expected unix seconds", json_excerpt(j["created"]));
     m.created = j.value("created", int64_t{0});
     return m;
   } catch (const nlohmann::json::exception& e) {
@@ -359,6 +420,7 @@ void DiskCache::put(const std::string& key, const CacheEntryMeta& meta, const st
     throw_error(ErrorKind::Cache, "cannot store {}: every cache layer is read-only ({}{})", meta.name, dir_,
                 layers_.size() > 1 ? ", ..." : "");
 
+  remove_orphaned_locks_once(dir_);
   std::string tmp = dir_ + "/." + key + ".XXXXXX" + kTempSuffix;
   int fd = ::mkstemps(tmp.data(), static_cast<int>(std::strlen(kTempSuffix)));  // created 0600
   if (fd < 0) throw_error(ErrorKind::Io, "cannot create a temp file in cache directory {}: {}", dir_, errno_text());
@@ -449,6 +511,7 @@ std::vector<CacheListing> DiskCache::list_layer(const CacheLayer& layer) const {
 VerifyReport DiskCache::verify(bool remove_corrupt) {
   VerifyReport rep;
   if (remove_corrupt && writable_ >= 0) remove_dead_temps(dir_, list_names(dir_));
+  if (remove_corrupt && writable_ >= 0) orphaned_locks(dir_, list_names(dir_), /*remove=*/true);
   for (const CacheLayer& layer : layers_) {
     const bool read_only = !layer.writable;
     for (auto& n : list_names(layer.dir)) {
@@ -535,6 +598,11 @@ size_t DiskCache::clear() {
   return removed;
 }
 
+std::vector<std::string> orphaned_lock_files(const DiskCache& cache, bool remove) {
+  if (!cache.writable()) return {};
+  return orphaned_locks(cache.dir(), list_names(cache.dir()), remove);
+}
+
 // ---- KeyLock ------------------------------------------------------------------------------------
 
 DiskCache::KeyLock::KeyLock(const DiskCache& cache, const std::string& key, double timeout_s) {
@@ -560,6 +628,7 @@ DiskCache::KeyLock::KeyLock(const DiskCache& cache, const std::string& key, doub
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   fd_ = fd;
+  remove_orphaned_locks_once(cache.dir());  // this lock is held: it is not one of them
 }
 
 DiskCache::KeyLock::~KeyLock() {

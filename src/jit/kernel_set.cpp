@@ -1,11 +1,9 @@
 // Parsing of kernel-set configs and expansion of their sweeps.
 #include "mlajit/kernel_set.hpp"
 
-#include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
 
+#include "core/input.hpp"
 #include "mlajit/error.hpp"
 
 namespace mlajit {
@@ -19,23 +17,23 @@ constexpr size_t kMaxConfigKernels = 16384;
 }  // namespace
 
 std::vector<KernelSetEntry> expand_sweep(const json& entry, const std::string& path, int group) {
-  if (!entry.is_object()) throw_invalid(path, entry.dump(), "an object {\"op\", \"params\", \"sweep\"}");
+  if (!entry.is_object()) throw_invalid(path, json_excerpt(entry), "an object {\"op\", \"params\", \"sweep\"}");
   json base = json::object();
   json sweep = json::object();
   for (auto it = entry.begin(); it != entry.end(); ++it) {
     if (it.key() == "sweep") sweep = it.value();
     else base[it.key()] = it.value();
   }
-  if (!sweep.is_object()) throw_invalid(path + ".sweep", sweep.dump(), "an object of field -> list of values");
+  if (!sweep.is_object()) throw_invalid(path + ".sweep", json_excerpt(sweep), "an object of field -> list of values");
   json params = base.contains("params") ? base["params"] : json::object();
-  if (!params.is_object()) throw_invalid(path + ".params", params.dump(), "a JSON object of params");
+  if (!params.is_object()) throw_invalid(path + ".params", json_excerpt(params), "a JSON object of params");
 
   std::vector<std::pair<std::string, json>> axes;
   for (auto it = sweep.begin(); it != sweep.end(); ++it) {
     if (!it.value().is_array() || it.value().empty())
-      throw_invalid(path + ".sweep." + it.key(), it.value().dump(), "a non-empty list of values");
+      throw_invalid(path + ".sweep" + path_key(it.key()), json_excerpt(it.value()), "a non-empty list of values");
     if (params.contains(it.key()))
-      throw_invalid(path + ".sweep." + it.key(), "a field also set in params", "each field either in params or in sweep");
+      throw_invalid(path + ".sweep" + path_key(it.key()), "a field also set in params", "each field either in params or in sweep");
     axes.emplace_back(it.key(), it.value());
   }
 
@@ -56,10 +54,12 @@ std::vector<KernelSetEntry> expand_sweep(const json& entry, const std::string& p
     std::string label;
     for (size_t a = 0; a < axes.size(); ++a) {
       p[axes[a].first] = axes[a].second[idx[a]];
-      label += fmt::format(" {}={}", axes[a].first, axes[a].second[idx[a]].dump());
+      const std::string step = path_key(axes[a].first);
+      label += fmt::format(" {}={}", step[0] == '.' ? step.substr(1) : step, json_excerpt(axes[a].second[idx[a]], 60));
     }
     json k = base;
     k["params"] = p;
+    if (label.size() > kMaxExcerptChars) label = label.substr(0, kMaxExcerptChars) + " ...";
     std::string where = path + (label.empty() ? "" : " (sweep" + label + ")");
     out.push_back({kernel_spec_from_json(k, where), where, group});
     // Advance the odometer, last axis fastest.
@@ -76,16 +76,17 @@ std::vector<KernelSetEntry> expand_sweep(const json& entry, const std::string& p
 
 KernelSet kernel_set_from_json(const json& j) {
   if (!j.is_object()) throw_invalid("config", j.type_name(), "a JSON object {\"arch\", \"kernels\"}");
+  check_json_depth(j, "config");  // a value built by the caller: the walks below stay within the limit
   KernelSet set;
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& k = it.key();
     if (k == "arch") {
-      if (!it.value().is_string()) throw_invalid("config.arch", it.value().dump(), "a string like \"sm_90a\"");
+      if (!it.value().is_string()) throw_invalid("config.arch", json_excerpt(it.value()), "a string like \"sm_90a\"");
       set.arch = it.value().get<std::string>();
     } else if (k == "kernels") {
-      if (!it.value().is_array()) throw_invalid("config.kernels", it.value().dump(), "a list of kernels");
+      if (!it.value().is_array()) throw_invalid("config.kernels", json_excerpt(it.value()), "a list of kernels");
     } else if (k != "description" && k != "comment") {
-      throw_invalid("config", fmt::format("unknown field \"{}\"", k), "arch, kernels, description");
+      throw_invalid("config", fmt::format("unknown field {}", json_quoted(k)), "arch, kernels, description");
     }
   }
   auto kit = j.find("kernels");
@@ -101,20 +102,8 @@ KernelSet kernel_set_from_json(const json& j) {
 }
 
 KernelSet load_kernel_set(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw_invalid("config file", path, "a readable JSON file");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    // Parse again with exceptions to get the position of the error.
-    try {
-      (void)json::parse(ss.str());
-    } catch (const json::parse_error& e) {
-      throw_invalid(fmt::format("config file {}", path), e.what(), "valid JSON");
-    }
-  }
-  return kernel_set_from_json(j);
+  const std::string text = read_input_file(path, "config file", kMaxJsonFileBytes);
+  return kernel_set_from_json(parse_json_input(text, fmt::format("config file {}", path), "config"));
 }
 
 }  // namespace mlajit

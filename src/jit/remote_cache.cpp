@@ -80,7 +80,9 @@ std::optional<RemoteConfig> RemoteConfig::from_env() {
 }
 
 std::string read_fleet_key(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  constexpr size_t kMaxKeyFileBytes = 64 << 10;
+  // O_NONBLOCK: a FIFO at this path is refused below (not a regular file), not waited on.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0)
     throw_error(ErrorKind::Cache, "cannot open the remote cache key file {} (MLAJIT_REMOTE_CACHE_KEY_FILE): {}", path,
                 std::strerror(errno));
@@ -98,8 +100,9 @@ std::string read_fleet_key(const std::string& path) {
   if (why.empty()) {
     char buf[4096];
     ssize_t n;
-    while ((n = ::read(fd, buf, sizeof buf)) > 0) key.append(buf, static_cast<size_t>(n));
-    if (n < 0) why = fmt::format("cannot read it: {}", std::strerror(errno));
+    while ((n = ::read(fd, buf, sizeof buf)) > 0 && key.size() <= kMaxKeyFileBytes) key.append(buf, static_cast<size_t>(n));
+    if (key.size() > kMaxKeyFileBytes) why = fmt::format("it holds more than {} bytes", kMaxKeyFileBytes);
+    else if (n < 0) why = fmt::format("cannot read it: {}", std::strerror(errno));
   }
   ::close(fd);
   while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) key.pop_back();

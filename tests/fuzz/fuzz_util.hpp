@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "mlajit/error.hpp"
 
@@ -16,6 +17,28 @@ void refused_or_ok(F&& f) {
     f();
   } catch (const mlajit::Error&) {
     // Expected for most inputs.
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "FUZZ BUG: non-mlajit exception escaped: %s\n", e.what());
+    std::abort();
+  }
+}
+
+// refused_or_ok, and a refusal's message is bounded (hostile values are quoted as excerpts) and
+// free of NUL bytes (a C caller would see it cut off).
+template <typename F>
+void refused_or_ok_message(F&& f) {
+  try {
+    f();
+  } catch (const mlajit::Error& e) {
+    const std::string msg = e.what();
+    if (msg.size() > 4096) {
+      std::fprintf(stderr, "FUZZ BUG: a %zu-byte error message: %.300s...\n", msg.size(), msg.c_str());
+      std::abort();
+    }
+    if (msg.find('\0') != std::string::npos) {
+      std::fprintf(stderr, "FUZZ BUG: a NUL byte in the error message: %s\n", msg.c_str());
+      std::abort();
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "FUZZ BUG: non-mlajit exception escaped: %s\n", e.what());
     std::abort();

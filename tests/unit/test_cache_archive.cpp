@@ -215,3 +215,28 @@ TEST_CASE("cli: cache export then import: round trip, --arch lists other archs, 
   CHECK(sw.text.find("signature does not verify") != std::string::npos);
   CHECK(entries_in(wrong) == 0);
 }
+
+TEST_CASE("archive: a manifest with a duplicate key or nested beyond the limit is refused, naming it") {
+  // An unsigned archive whose manifest is replaced (header length and checksum made to match), so
+  // that only the manifest's JSON is wrong.
+  const std::string data = pack_cache_archive(sample(), "");
+  constexpr size_t kHeader = 8 + 4 + 4 + 4 + 32;
+  const uint32_t manifest_len = static_cast<uint8_t>(data[12]) | static_cast<uint8_t>(data[13]) << 8 |
+                                static_cast<uint8_t>(data[14]) << 16 | static_cast<uint32_t>(static_cast<uint8_t>(data[15])) << 24;
+  const std::string manifest = data.substr(kHeader, manifest_len), body = data.substr(kHeader + manifest_len);
+  REQUIRE(manifest.front() == '{');
+  auto with_manifest = [&](const std::string& m) {
+    std::string d = data.substr(0, 12);
+    for (int i = 0; i < 4; ++i) d += static_cast<char>(m.size() >> (8 * i));
+    d += data.substr(16, 4);  // no signature
+    const auto sum = sha256(m);
+    d.append(reinterpret_cast<const char*>(sum.data()), sum.size());
+    return d + m + body;
+  };
+  CHECK(unpack_cache_archive(with_manifest(manifest), "", false).entries.size() == 3);  // the rebuild itself is sound
+  std::string e = refusal(with_manifest("{\"format\":1," + manifest.substr(1)));
+  CHECK(e.find("the manifest at manifest: got the key \"format\" twice") != std::string::npos);
+  e = refusal(with_manifest("{\"x\":" + std::string(100000, '[') + std::string(100000, ']') + "," + manifest.substr(1)));
+  CHECK(e.find("more than 64 nested arrays/objects") != std::string::npos);
+  CHECK(e.size() < 600);
+}

@@ -4,6 +4,7 @@
 #include "temp_dir.hpp"
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -359,4 +360,88 @@ TEST_CASE("cli: bench sparse_prefill --anchor checks the library before touching
   r = cli("bench sparse_prefill --shape top_k=100,keys=1000 --anchor libc.so.6");
   CHECK(r.code == 2);
   CHECK(last_stderr().find("multiple of 128") != std::string::npos);
+}
+
+TEST_CASE("cli: hostile paths and option values: a FIFO, a device, a directory, an option as a value") {
+  TempDir t("cli_hostile");
+  const std::string fifo = (t.path / "fifo.json").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string cache = " --cache-dir " + (t.path / "cache").string();
+  // `timeout 20`: a blocking open of the FIFO (no writer ever comes) fails the test instead of
+  // hanging the suite; refused at once, the commands take milliseconds.
+  const std::string bounded = "timeout 20";
+  for (const std::string& cmd : {"build " + fifo + " --arch sm_90a" + cache, "gen " + fifo, "cache import " + fifo + cache,
+                                 "cache export " + fifo + " -o " + (t.path / "out.mjca").string() + cache}) {
+    CAPTURE(cmd);
+    CHECK(cli(cmd, bounded).code == 2);
+    CHECK(last_stderr().find(fifo + ": got a FIFO (named pipe), expected a regular file") != std::string::npos);
+  }
+  // /dev/zero is not read (it used to be read without limit).
+  CHECK(cli("build /dev/zero --arch sm_90a" + cache, bounded).code == 2);
+  CHECK(last_stderr().find("config file /dev/zero: got a character device, expected a regular file") != std::string::npos);
+  // A directory is named as one: as the config, and as the archive of cache import (which exited
+  // 4 with "internal error: basic_filebuf::underflow").
+  CHECK(cli("build " + t.str() + " --arch sm_90a" + cache).code == 2);
+  CHECK(last_stderr().find("config file " + t.str() + ": got a directory, expected a regular file") != std::string::npos);
+  CHECK(cli("cache import " + t.str() + cache).code == 2);
+  CHECK(last_stderr().find("cache archive " + t.str() + ": got a directory, expected a regular file") != std::string::npos);
+  CHECK(last_stderr().find("internal error") == std::string::npos);
+
+  // An option where an option's value belongs is refused, naming the option (it printed the usage
+  // and exited 0).
+  Run r = cli("build " + kConfig + " --arch --help" + cache);
+  CHECK(r.code == 2);
+  CHECK(last_stderr().find("option --arch: got \"--help\" (an option), expected a value after it") != std::string::npos);
+  CHECK(cli("build " + kConfig + " --cache-dir --json --arch sm_90a").code == 2);
+  CHECK(last_stderr().find("option --cache-dir: got \"--json\" (an option)") != std::string::npos);
+  CHECK(cli("build " + kConfig + " --arch --version").code == 2);
+  // --help itself still works anywhere else, and --name=VALUE takes any value.
+  CHECK(cli("build " + kConfig + " --help").code == 0);
+  CHECK(cli("build --json --help").code == 0);
+  CHECK(cli("cache prune --max-bytes=-5" + cache).code == 2);
+  CHECK(last_stderr().find("--max-bytes: got -5") != std::string::npos);
+}
+
+TEST_CASE("cli: duplicate keys, deep nesting and huge numbers in a config are refused before anything is built") {
+  TempDir t("cli_hostile_json");
+  const std::string cache = (t.path / "cache").string();
+  auto config = [&](const std::string& name, const std::string& params) {
+    return write_file(t.path / name, R"({"arch":"sm_90a","kernels":[{"op":"sparse_index_remap","params":)" + params + "}]}");
+  };
+  CHECK(cli("build " + config("dup.json", R"({"page_size":64,"page_size":32})") + " --cache-dir " + cache).code == 2);
+  CHECK(last_stderr().find("config.kernels[0].params: got the key \"page_size\" twice, expected each key at most once") !=
+        std::string::npos);
+  CHECK(cli("build " + config("deep.json", R"({"page_size":)" + std::string(100000, '[') + std::string(100000, ']') + "}") +
+            " --cache-dir " + cache)
+            .code == 2);
+  CHECK(last_stderr().find("more than 64 nested arrays/objects") != std::string::npos);
+  CHECK(last_stderr().size() < 1000);
+  CHECK(cli("build " + config("big.json", R"({"page_size":9223372036854775808})") + " --cache-dir " + cache).code == 2);
+  CHECK(last_stderr().find("got 9223372036854775808, expected an integer in [-2147483648, 2147483647]") != std::string::npos);
+  CHECK(cli("build " + config("nul.json", R"({"page_size":"64\u0000tail"})") + " --cache-dir " + cache).code == 2);
+  CHECK(last_stderr().find(R"(got "64\u0000tail")") != std::string::npos);
+  // Nothing was built: no entry in the cache.
+  if (fs::exists(cache))
+    for (auto& e : fs::directory_iterator(cache)) CHECK(e.path().extension() != ".mjc");
+}
+
+TEST_CASE("cli: cache verify lists orphaned lock files, --remove removes them") {
+  TempDir t("cli_locks");
+  const fs::path cache = t.path / "cache";
+  fs::create_directories(cache);
+  fs::permissions(cache, fs::perms::owner_all);
+  const fs::path lock = cache / (std::string(64, 'e') + ".lock");
+  write_file(lock, "");
+  struct timespec old[2] = {{1000, 0}, {1000, 0}};  // its writer died long ago
+  REQUIRE(::utimensat(AT_FDCWD, lock.c_str(), old, 0) == 0);
+  Run r = cli("cache verify --json --cache-dir " + cache.string());
+  CHECK(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["orphaned_locks"].size() == 1);
+  CHECK(j["orphaned_locks"][0] == lock.string());
+  CHECK(fs::exists(lock));
+  r = cli("cache verify --remove --cache-dir " + cache.string());
+  CHECK(r.code == 0);
+  CHECK(r.out.find("orphaned lock: " + lock.string()) != std::string::npos);
+  CHECK_FALSE(fs::exists(lock));
 }

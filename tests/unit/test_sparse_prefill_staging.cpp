@@ -292,3 +292,98 @@ TEST_CASE("sparse_prefill kv_staging: what the one bf16 rounding of f32-scaled r
     CHECK(std::sqrt(num / den) < 1e-2);
   }
 }
+
+// The lse error of kv_staging bf16 with f32 (not power-of-two) scales, and its bound
+// (docs: the staged fp8 bound). Each staged element k~ = bf16(f32(e4m3 * scale)) is k (the exact
+// e4m3 * scale) times (1 + d), |d| <= u = 2^-8 + 2^-23 (one f32 rounding, then one to bf16's 8
+// significant bits). A score s_j = sigma * sum_i q_i k_ji (sigma: the softmax scale) then moves by
+//   |ds_j| <= e_j = u * sigma * sum_i |q_i k_ji|   (the key's absolute spread, times u),
+// and lse = log sum_j exp(s_j), whose gradient is the softmax p, by
+//   |dlse| <= exp(2 e_max) * sum_j p_j e_j <= exp(2 e_max) * e_max          (worst case).
+// The worst case assumes every rounding error has the sign of its product. Round-to-nearest errors
+// of unrelated products are independent and zero-mean, so dlse = sum_ji sigma p_j q_i k_ji d_ji is
+// a sum of independent terms bounded by u |sigma p_j q_i k_ji|; by Hoeffding's inequality, with
+// probability >= 1 - eta for all R rows (token, head) at once,
+//   |dlse| <= kappa * u * sigma * sqrt(sum_j p_j^2 sum_i (q_i k_ji)^2),   kappa = sqrt(2 ln(2 R / eta))
+// (kappa = 5.0 for R = 128, eta = 1e-3). Both grow linearly with sigma (for given q and k) and with
+// the spread of the products q_i k_ji; the second also shrinks as the softmax spreads over more keys.
+// Here: normal q and keys, 64-element groups with scale amax / 448 (the outside battery's data),
+// at two softmax scales. Checked: every row's error is within both bounds, and the statistical
+// bound is within 10x of the largest measured error (the worst case is not: random signs cancel
+// by about sqrt(576) within a score and by sqrt(effective keys) across the softmax).
+TEST_CASE("sparse_prefill kv_staging: the lse error of f32 group scales is within its stated bound") {
+  constexpr double u = 0x1p-8 + 0x1p-23;
+  constexpr int kTokens = 8, kHeads = 16;
+  const double kappa = std::sqrt(2 * std::log(2.0 * kTokens * kHeads / 1e-3));  // all 128 rows, eta = 1e-3
+  for (float sigma : {0.0416667f, 0.2f}) {
+    SparsePrefillParams p = staged(64);
+    p.num_q_heads = kHeads;
+    ref::SparsePrefillShape s;
+    s.num_tokens = kTokens;
+    s.indices_stride = 512;
+    s.kv_tokens = 4096;
+    s.softmax_scale = sigma;  // irregular (the default): some rows have few valid keys
+    const auto pb = ref::make_random_problem(p, s, 41);
+    const auto a = ref::sparse_prefill_reference(pb), b = ref::sparse_prefill_reference(ref::staged_bf16_problem(pb));
+    const int H = p.num_q_heads;
+    const int64_t page = p.page_size, layer_off = int64_t{pb.layer_idx} * page;
+    double max_err = 0, max_worst = 0, max_stat = 0, max_spread = 0, max_score = 0;
+    std::vector<double> q(576), keys, sc, eps, l2;
+    for (int64_t t = 0; t < pb.num_tokens; ++t) {
+      keys.clear();
+      for (int64_t j = 0; j < pb.indices_stride; ++j) {
+        if (!ref::slot_valid(pb, t, j)) continue;
+        const uint32_t e = pb.indices[t * pb.indices_stride + j];
+        keys.resize(keys.size() + 576);
+        ref::decode_row(pb, static_cast<int64_t>(e / page) * pb.row_stride() + e % page + layer_off,
+                        keys.data() + keys.size() - 576);
+      }
+      const size_t n = keys.size() / 576;
+      if (n == 0) continue;  // no valid slot: lse +inf in both
+      sc.resize(n);
+      eps.resize(n);
+      l2.resize(n);
+      for (int h = 0; h < H; ++h) {
+        for (int d = 0; d < 576; ++d) q[d] = ref::bf16_to_float(pb.q[(static_cast<size_t>(t) * H + h) * 576 + d]);
+        double m = -INFINITY, e_max = 0;
+        for (size_t j = 0; j < n; ++j) {
+          double dot = 0, abs_dot = 0, sq = 0;
+          for (int d = 0; d < 576; ++d) {
+            const double x = q[d] * keys[j * 576 + d];
+            dot += x;
+            abs_dot += std::fabs(x);
+            sq += x * x;
+          }
+          sc[j] = sigma * dot;
+          eps[j] = u * sigma * abs_dot;
+          l2[j] = sq;
+          m = std::max(m, sc[j]);
+          e_max = std::max(e_max, eps[j]);
+          max_spread = std::max(max_spread, sigma * abs_dot);
+          max_score = std::max(max_score, std::fabs(sc[j]));
+        }
+        double z = 0;
+        for (size_t j = 0; j < n; ++j) z += std::exp(sc[j] - m);
+        double weighted = 0, var = 0;
+        for (size_t j = 0; j < n; ++j) {
+          const double pj = std::exp(sc[j] - m) / z;
+          weighted += pj * eps[j];
+          var += pj * pj * l2[j];
+        }
+        const double worst = std::exp(2 * e_max) * weighted;
+        const double stat = kappa * u * sigma * std::sqrt(var);
+        const double err = std::fabs(a.lse[static_cast<size_t>(t) * H + h] - b.lse[static_cast<size_t>(t) * H + h]);
+        CHECK(err <= worst);
+        CHECK(err <= stat);
+        max_err = std::max(max_err, err);
+        max_worst = std::max(max_worst, worst);
+        max_stat = std::max(max_stat, stat);
+      }
+    }
+    MESSAGE("softmax scale ", sigma, ": lse error max ", max_err, "; statistical bound max ", max_stat,
+            " (", max_stat / max_err, "x); worst-case bound max ", max_worst, " (", max_worst / max_err,
+            "x); largest |score| ", max_score, ", largest absolute spread sigma*sum|q k| ", max_spread);
+    CHECK(max_err > 0);
+    CHECK(max_stat < 10 * max_err);  // the statistical bound is not vacuous
+  }
+}
