@@ -83,6 +83,8 @@ mlajit_status mlajit_set_log_callback(mlajit_log_callback fn, void* user, int le
  * at its first call, else MLAJIT_DEVICE / device 0. */
 mlajit_status mlajit_set_device(int ordinal);
 
+/* spec_json: at most 1 MiB, nesting at most 64 arrays/objects, each key once per object; anything
+ * else is MLAJIT_ERROR_INVALID_ARGUMENT with a bounded message. */
 mlajit_status mlajit_op_create(const char* spec_json, mlajit_op* out);
 void mlajit_op_destroy(mlajit_op op);
 /* Compiles/loads the kernel for the current device now (cold-start control). */

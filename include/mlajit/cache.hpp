@@ -37,7 +37,9 @@
 // A per-key lock file (<key>.lock, flock) only keeps concurrent processes from compiling the same
 // kernel twice; correctness never depends on it (a lock that is not released in time is ignored).
 // A lock is removed with its entry (bad entry, eviction, verify --fix, prune) unless a process
-// holds it; prune also removes the unheld locks of missing entries, clear every lock. A writer
+// holds it; prune also removes the unheld locks of missing entries, clear every lock. A lock
+// orphaned by a writer that died (entry missing, unheld, older than 2 s) is listed by verify and
+// removed by verify --remove and by the first writer of a process in that directory. A writer
 // flocks its temp file until the rename; an unlocked temp file older than 2 s (its writer died)
 // is removed when a DiskCache is opened, by verify --remove and by prune.
 #include <cstdint>

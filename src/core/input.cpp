@@ -46,16 +46,23 @@ struct Fd {
 
 }  // namespace
 
+void require_regular_file(const std::string& path, std::string_view what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw_invalid(fmt::format("{} {}", what, path), fmt::format("a path that cannot be opened ({})", std::strerror(errno)),
+                  "a readable regular file");
+  if (!S_ISREG(st.st_mode)) refuse_type(path, what, st.st_mode);
+}
+
 std::string read_input_file(const std::string& path, std::string_view what, uint64_t max_bytes) {
   // stat first: a FIFO or device is refused without opening it (opening some devices has effects).
+  require_regular_file(path, what);
   struct stat st {};
   // A path that cannot be opened is the caller's mistake (a usage error), as are the refusals below.
   auto unreadable = [&](const char* how) {
     throw_invalid(fmt::format("{} {}", what, path), fmt::format("a path that cannot be {} ({})", how, std::strerror(errno)),
                   "a readable regular file");
   };
-  if (::stat(path.c_str(), &st) != 0) unreadable("opened");
-  if (!S_ISREG(st.st_mode)) refuse_type(path, what, st.st_mode);
   // O_NONBLOCK: should the path be swapped for a FIFO after the stat, the open does not wait for a
   // writer; the fstat below refuses it. (On a regular file O_NONBLOCK changes nothing.)
   Fd f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)};

@@ -30,6 +30,10 @@ constexpr size_t kMaxExcerptChars = 200;
 // "a directory", "a FIFO", "a character device", ... for a stat mode.
 const char* file_type_name(unsigned mode);
 
+// Refuses `path` unless it is a regular file (stat only, nothing is opened), naming what it is;
+// for inputs handed to another loader (dlopen of a bench anchor), which would block on a FIFO.
+void require_regular_file(const std::string& path, std::string_view what);
+
 // The whole content of the regular file `path`, at most `max_bytes` long. `what` names the input
 // in messages ("config file", "cache archive"). Errors: ErrorKind::InvalidArgument when the path
 // cannot be opened, is not a regular file or is too large; ErrorKind::Io when a read fails.

@@ -73,6 +73,11 @@ TEST_CASE("input files: regular files only, bounded, a FIFO or device refused wi
   CHECK(has(msg, "config file " + fifo + ": got a FIFO (named pipe), expected a regular file"));
   msg = invalid_message([&] { mlajit::read_input_file(fifo, "cache archive", 1 << 20); });
   CHECK(has(msg, "FIFO"));
+  // What is handed to another loader (a bench anchor to dlopen) is checked by stat alone.
+  msg = invalid_message([&] { mlajit::require_regular_file(fifo, "--anchor"); });
+  CHECK(has(msg, "--anchor " + fifo + ": got a FIFO (named pipe), expected a regular file"));
+  msg = invalid_message([&] { mlajit::require_regular_file(dir.str(), "--anchor"); });
+  CHECK(has(msg, "got a directory"));
 
   // A directory is named as one (it used to read as "unexpected end of input").
   msg = invalid_message([&] { mlajit::load_kernel_set(dir.str()); });

@@ -307,7 +307,7 @@ TEST_CASE("sparse_prefill kv_staging: what the one bf16 rounding of f32-scaled r
 //   |dlse| <= kappa * u * sigma * sqrt(sum_j p_j^2 sum_i (q_i k_ji)^2),   kappa = sqrt(2 ln(2 R / eta))
 // (kappa = 5.0 for R = 128, eta = 1e-3). Both grow linearly with sigma (for given q and k) and with
 // the spread of the products q_i k_ji; the second also shrinks as the softmax spreads over more keys.
-// Here: normal q and keys, 64-element groups with scale amax / 448 (the outside battery's data),
+// Here: normal q and keys, 64-element groups with scale amax / 448,
 // at two softmax scales. Checked: every row's error is within both bounds, and the statistical
 // bound is within 10x of the largest measured error (the worst case is not: random signs cancel
 // by about sqrt(576) within a score and by sqrt(effective keys) across the softmax).

@@ -13,6 +13,7 @@
 
 #include "mlajit/autotune.hpp"
 #include "mlajit/driver.hpp"
+#include "core/input.hpp"
 #include "mlajit/error.hpp"
 #include "mlajit/ops.hpp"
 #include "mlajit/runtime.hpp"
@@ -43,6 +44,7 @@ struct Anchor {
   AnchorStrideFn stride = nullptr;
   AnchorInfoFn info = nullptr;
   explicit Anchor(const std::string& path) {
+    require_regular_file(path, "--anchor");  // dlopen would block on a FIFO
     lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
       const char* e = dlerror();

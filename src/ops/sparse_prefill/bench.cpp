@@ -12,6 +12,7 @@
 #include "autotune/device_data.hpp"
 #include "mlajit/autotune.hpp"
 #include "mlajit/driver.hpp"
+#include "core/input.hpp"
 #include "mlajit/error.hpp"
 #include "mlajit/ops.hpp"
 #include "mlajit/runtime.hpp"
@@ -40,6 +41,7 @@ struct Anchor {
   AnchorFn run = nullptr;
   AnchorInfoFn info = nullptr;
   explicit Anchor(const std::string& path) {
+    require_regular_file(path, "--anchor");  // dlopen would block on a FIFO
     handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
       const char* e = ::dlerror();
