@@ -376,6 +376,11 @@ TEST_CASE("cli: hostile paths and option values: a FIFO, a device, a directory, 
     CHECK(cli(cmd, bounded).code == 2);
     CHECK(last_stderr().find(fifo + ": got a FIFO (named pipe), expected a regular file") != std::string::npos);
   }
+  // A bench anchor is checked before dlopen, which would block on a FIFO.
+  for (const std::string op : {"sparse_prefill", "mla_indexer"}) {
+    CHECK(cli("bench " + op + " --anchor " + fifo, bounded).code == 2);
+    CHECK(last_stderr().find("--anchor " + fifo + ": got a FIFO (named pipe), expected a regular file") != std::string::npos);
+  }
   // /dev/zero is not read (it used to be read without limit).
   CHECK(cli("build /dev/zero --arch sm_90a" + cache, bounded).code == 2);
   CHECK(last_stderr().find("config file /dev/zero: got a character device, expected a regular file") != std::string::npos);

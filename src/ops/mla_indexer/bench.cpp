@@ -44,7 +44,9 @@ struct Anchor {
   AnchorStrideFn stride = nullptr;
   AnchorInfoFn info = nullptr;
   explicit Anchor(const std::string& path) {
-    require_regular_file(path, "--anchor");  // dlopen would block on a FIFO
+    // A path (with a slash) must name a regular file: dlopen would block on a FIFO. A bare name is
+    // looked up in the loader's search path, as dlopen does.
+    if (path.find('/') != std::string::npos) require_regular_file(path, "--anchor");
     lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
       const char* e = dlerror();

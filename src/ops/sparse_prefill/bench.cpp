@@ -41,7 +41,9 @@ struct Anchor {
   AnchorFn run = nullptr;
   AnchorInfoFn info = nullptr;
   explicit Anchor(const std::string& path) {
-    require_regular_file(path, "--anchor");  // dlopen would block on a FIFO
+    // A path (with a slash) must name a regular file: dlopen would block on a FIFO. A bare name is
+    // looked up in the loader's search path, as dlopen does.
+    if (path.find('/') != std::string::npos) require_regular_file(path, "--anchor");
     handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
       const char* e = ::dlerror();
