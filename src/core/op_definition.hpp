@@ -13,12 +13,7 @@
 // (knobs, shapes, workloads) can reach an op's definition without including src/ops/: the lower
 // layers call the declared functions, ops provides them at link time.
 //
-// Adding an op (docs/design.md counts the files):
-//   include/mlajit/params.hpp   its params struct (with fields()) and one MLAJIT_FOR_EACH_OP line
-//   include/mlajit/ops.hpp      its typed entry point
-//   src/ops/<family>/           definition.cpp, generate.cpp, op.cpp, tuning_workload.cpp
-//   templates/<family>/         its device code and args struct
-//   src/ops/registry.cpp        one line
+// Adding an op: docs/design.md, "Adding an op", lists every file it touches (counted by adding one).
 #include <memory>
 #include <string>
 #include <vector>
