@@ -20,7 +20,7 @@
 // Without a key the tier is off (it never loads unsigned code) unless
 // MLAJIT_REMOTE_CACHE_ALLOW_UNSIGNED=1; then entries are neither signed nor required to be.
 // Failures are never fatal: a store that is down, slow (bounded connect and command timeouts) or
-// full makes the call a miss; the first failure warns once per process, the tier then rests for
+// full makes the lookup a miss; the first failure warns once per process, the tier then rests for
 // kRetrySeconds before it tries the network again. The runtime consults the tier only on a memory
 // and disk miss, so a loaded kernel never waits on the network.
 #include <atomic>

@@ -120,7 +120,7 @@ inline Sm90Work sm90_work(const Layout& l, int64_t rows, int64_t max_keys, int s
   const int64_t tiles = (max_keys + l.sm90_stage_keys - 1) / l.sm90_stage_keys;
   int64_t tiles_per_split = 0;
   if (persistent && l.sm90_persistent) {
-    // Past one item per SM, more splits only add items; the candidates stop 64 counts beyond it
+    // Past one item per SM, more splits only add items; the candidates end 64 counts past it
     // (a few hundred divisions per launch at most).
     const int64_t max_splits = std::min(tiles, (int64_t{sms} + w.q_blocks - 1) / w.q_blocks + 64);
     int64_t best_cost = 0;
