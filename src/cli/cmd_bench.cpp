@@ -34,6 +34,9 @@ ops and their shape keys (defaults in brackets; tokens / keys / top_k mean what 
       --anchor LIB.so: also time LIB's anchor_mqa_logits (C ABI in src/ops/mla_indexer/bench.hpp)
   sparse_prefill
       tokens [4096] heads [128] top_k [2048] keys [32768] kv_dtype [bf16] page_size [64]
+      batch [0] next_n [1] context [32768]: decode shapes (batch > 0): batch sequences of context
+        keys, next_n query tokens each choosing top_k of its own sequence's keys (replaces tokens
+        and keys); --anchor then times LIB's anchor_sparse_decode_fp8_ds_mla when it exports it
       layers [2: the cache interleaves 2 layers page by page, the last is read; 1 = one layer]
       quantization_granularity [0 = unit scales] scale_fmt [fp32|ue8m0: power-of-two scales;
         group scales then run on the Hopper kernel] sink [0] lse [1] path [auto | portable | sm90]
@@ -189,6 +192,9 @@ int cmd_bench(const Argv& argv) {
     shape.take_int("heads", a.num_heads);
     shape.take_int("top_k", a.top_k);
     shape.take_int("keys", a.keys);
+    shape.take_int("batch", a.batch);
+    shape.take_int("next_n", a.next_n);
+    shape.take_int("context", a.context);
     shape.take_dtype("kv_dtype", a.kv_dtype);
     shape.take_int("page_size", a.page_size);
     shape.take_int("layers", a.layers);

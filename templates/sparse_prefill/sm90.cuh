@@ -191,13 +191,16 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
     }
   } else {
     const i64 token = work.token;
-    const int head0 = work.head0, topk_len = work.topk_len, steps = work.steps;
+    const int head0 = work.head0, steps = work.steps;
+    // A part (split) reads the slots from its first step on: the producers see them as a row of
+    // their own.
+    const int first_slot = work.step0 * 2 * kBlockKeys, topk_len = work.topk_len - first_slot;
     if (wg == 2) {
       sm90::setmaxnreg_dec<C::kProducerRegs>();
       if constexpr (C::kF16 && !C::kF16Group) {
-        produce_fp8_lines<C>(args, s, token, topk_len, steps);
+        produce_fp8_lines<C>(args, s, token, first_slot, topk_len, steps);
       } else {
-        produce_fp8<C>(args, s, token, topk_len, steps);
+        produce_fp8<C>(args, s, token, first_slot, topk_len, steps);
       }
     } else {
       sm90::setmaxnreg_inc<C::kConsumerRegs>();
@@ -206,9 +209,9 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
       set_lane(ln, wg, lane);
       const float q_unscale = load_q<C>(args, s, token, head0);
       if (wg == 0) {
-        consume_wg0<C>(args, s, ln, lane, token, head0, steps, q_unscale);
+        consume_wg0<C>(args, s, ln, lane, token, head0, steps, q_unscale, 0u, 0u, work.slot);
       } else {
-        consume_wg1<C>(args, s, ln, lane, token, head0, steps, q_unscale);
+        consume_wg1<C>(args, s, ln, lane, token, head0, steps, q_unscale, 0u, 0u, work.slot);
       }
     }
   }

@@ -1,5 +1,5 @@
 #pragma once
-// The Hopper sparse prefill's tail split, storage side: the partial slot a tail-split part writes
+// The Hopper sparse prefill's split, storage side: the partial slot a part of a split item writes
 // (store_partial, called by the consumers' epilogue) and the combine entry that merges the parts of
 // each split item (sparse_prefill/sm90_persistent.cuh says which items are split). The slot size is
 // sparse_prefill/layout.h's, which the host sizes the workspace with.
@@ -16,16 +16,19 @@ namespace sparse_prefill_sm90 {
 // log2 e) and the row sum of both warpgroups. Rows past kHeadsPerCta are written too (the slot
 // has 64) and never read. A part without a valid slot writes l = 0 (m = kMaxInit).
 using sparse_prefill_layout::kPartialSlotFloats;
+// out_mult: the accumulator's unscale (output_unscale: the fp8 tiles' 2^64, 1 for bf16), applied
+// here so that every slot holds the true weighted sum and the combine needs no spec knowledge.
 template <class C>
 MJ_DEVICE void store_partial(const SparsePrefillArgs& a, const Lane& ln, int lane, int slot, const float (&o)[128],
-                             float m0, float m1, float L0, float L1) {
-  static_assert(C::kPersistent && !C::kFp8, "partials hold the bf16 kernel's unscaled accumulator");
+                             float out_mult, float m0, float m1, float L0, float L1) {
+  static_assert(!C::kFp8Math, "partials hold a 16-bit kernel's accumulator layout");
   float* base = a.partials + static_cast<i64>(slot) * kPartialSlotFloats;
   float4* mine = reinterpret_cast<float4*>(base + (ln.wg * 4 + ln.w) * (16 * 32 * 8) + lane * 8);
+  auto v = [&](int i) { return C::kFp8 ? o[i] * out_mult : o[i]; };
 #pragma unroll
   for (int kk = 0; kk < 16; ++kk) {
-    mine[kk * 64] = make_float4(o[8 * kk + 0], o[8 * kk + 1], o[8 * kk + 2], o[8 * kk + 3]);
-    mine[kk * 64 + 1] = make_float4(o[8 * kk + 4], o[8 * kk + 5], o[8 * kk + 6], o[8 * kk + 7]);
+    mine[kk * 64] = make_float4(v(8 * kk + 0), v(8 * kk + 1), v(8 * kk + 2), v(8 * kk + 3));
+    mine[kk * 64 + 1] = make_float4(v(8 * kk + 4), v(8 * kk + 5), v(8 * kk + 6), v(8 * kk + 7));
   }
   if (ln.wg == 0 && ln.tig == 0) {
     float* ml = base + 64 * kVDim;

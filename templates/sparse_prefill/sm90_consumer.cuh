@@ -293,14 +293,14 @@ MJ_DEVICE void finish(const SparsePrefillArgs& a, const Smem& s, const Lane& ln,
   sm90::mbar_wait(s.rowsum_ready, item & 1u);
   const float L0 = s.rowsum[ln.r0] + s.rowsum[64 + ln.r0];
   const float L1 = s.rowsum[ln.r1] + s.rowsum[64 + ln.r1];
-  if constexpr (C::kPersistent) {
-    sm90::mbar_arrive(s.rowsum_read);
-    if (slot >= 0) {  // a tail-split part: its raw state, for the combine entry
-      store_partial<C>(a, ln, lane, slot, o, m0, m1, L0, L1);
+  if constexpr (C::kPersistent) sm90::mbar_arrive(s.rowsum_read);
+  const float out_mult = output_unscale<C>();
+  if constexpr (!C::kFp8Math) {
+    if (slot >= 0) {  // a part of a split item: its raw state, for the combine entry
+      store_partial<C>(a, ln, lane, slot, o, out_mult, m0, m1, L0, L1);
       return;
     }
   }
-  const float out_mult = output_unscale<C>();
   auto row_factor = [&](int r, float L, float m) {
     if (L == 0.0f) return 0.0f;  // no valid slot: out = 0 whatever the sink
     float den = L;

@@ -1,6 +1,6 @@
 #pragma once
-// Which items (token x head tile) a CTA of the Hopper sparse prefill works on: one per CTA (the fp8
-// kernels: cta_work), or the persistent walk of the bf16 kernel, every role going over the same
+// Which items (token x head tile) a CTA of the Hopper sparse prefill works on: one item or part of one
+// per CTA (the fp8 kernels: cta_work), or the persistent walk of the bf16 kernel, every role going over the same
 // items with the grid's stride, with the tail split that spreads the last round's items over the
 // whole grid as parts (sparse_prefill/sm90_combine.cuh merges them).
 #include "sparse_prefill/sm90_config.cuh"
@@ -74,29 +74,35 @@ MJ_DEVICE u32 item_len(const SparsePrefillArgs& args, int u) {
 // prefetch moves no value into the program, and the row is allocated up to its stride.
 // (The CTA's first item: blockIdx.x, or with a tail split the item of unit blockIdx.x.)
 template <class C>
-MJ_DEVICE void hint_first_indices(const SparsePrefillArgs& args, i64 first_token) {
+MJ_DEVICE void hint_first_indices(const SparsePrefillArgs& args, i64 first_token, i64 first_slot = 0) {
   // On for the 16-bit kernels (bf16: -0.5 % cycles at 32K keys, -0.3 % at 8K, 0.0 at 128K), off for
   // FP8 math (+0.2 %).
   constexpr bool kIndexPrefetch = !C::kFp8Math;
   if constexpr (kIndexPrefetch) {
     const u32 pt = threadIdx.x - 256u;
-    if (pt < 5u && static_cast<i64>(32 * pt) < args.indices_stride) {
-      const u32* row = args.indices + first_token * args.indices_stride;
+    if (pt < 5u && first_slot + static_cast<i64>(32 * pt) < args.indices_stride) {
+      const u32* row = args.indices + first_token * args.indices_stride + first_slot;
       asm volatile("prefetch.global.L2 [%0];" ::"l"(row + 32 * pt));
     }
   }
 }
-// One CTA per item (the fp8 kernels): this CTA's item.
+// One CTA per unit (the fp8 kernels): this CTA's unit blockIdx.x, an item or, with a split
+// (args.split_shift > 0: the decode plan and the tail of a launch, ops/sparse_prefill/op.cpp
+// tail_split), a part of one. The first indices hinted are those of a full-length row's part (the
+// length is still in flight; a prefetch moves no value into the program).
 template <class C>
 MJ_DEVICE CtaWork cta_work(const SparsePrefillArgs& args) {
-  hint_first_indices<C>(args, static_cast<i64>(blockIdx.x) / C::kCtasPerToken);
-  CtaWork w;
-  w.token = static_cast<i64>(blockIdx.x) / C::kCtasPerToken;
-  w.head0 = static_cast<int>(blockIdx.x % C::kCtasPerToken) * C::kHeadsPerCta;
-  const long long len = static_cast<long long>(__ldg(args.topk_lengths + w.token));
-  w.topk_len = static_cast<int>(len < args.indices_stride ? len : args.indices_stride);
-  w.steps = (w.topk_len + 2 * kBlockKeys - 1) / (2 * kBlockKeys);
-  return w;
+  const int u = static_cast<int>(blockIdx.x);
+  const int it = unit_item<C>(args, u);
+  const i64 token = it / C::kCtasPerToken;
+  i64 hint_slot = 0;
+  if (args.split_shift > 0 && u >= args.split_first) {
+    const i64 full_steps = (args.indices_stride + 2 * kBlockKeys - 1) / (2 * kBlockKeys);
+    const i64 part = (u - args.split_first) & ((1 << args.split_shift) - 1);
+    hint_slot = ((part * full_steps) >> args.split_shift) * 2 * kBlockKeys;
+  }
+  hint_first_indices<C>(args, token, hint_slot);
+  return item_work<C>(args, u, __ldg(args.topk_lengths + token));
 }
 
 // ---- the persistent walk (Config::kPersistent) --------------------------------------------------------

@@ -638,7 +638,8 @@ struct Fp8LineProducer {
 };
 
 template <class C>
-MJ_DEVICE void produce_fp8_lines(const SparsePrefillArgs& a, const Smem& s, i64 token, int topk_len, int steps) {
+MJ_DEVICE void produce_fp8_lines(const SparsePrefillArgs& a, const Smem& s, i64 token, int first_slot, int topk_len,
+                                 int steps) {
   const int t = static_cast<int>(threadIdx.x) - 256;
   const u32 lane = static_cast<u32>(t) & 31u, w = static_cast<u32>(t) >> 5;
   const u32 c = lane & 3u, tau = (lane >> 3) & 1u, rho = 2u * ((lane >> 4) & 1u) + ((lane >> 2) & 1u);
@@ -652,7 +653,7 @@ MJ_DEVICE void produce_fp8_lines(const SparsePrefillArgs& a, const Smem& s, i64 
   p.d_t = s.k[0] + dst0 + tau * static_cast<u32>(kTileBytes);
   p.own = static_cast<int>(64u * (lane & 1u) + 16u * (2u * ((lane >> 1) & 1u) + ((lane >> 3) & 1u)) + rib);
   p.pbits = 0u;
-  const u32* token_indices = a.indices + token * a.indices_stride;
+  const u32* token_indices = a.indices + token * a.indices_stride + first_slot;  // (a part: its first step)
   // The owned row's encoded index of step + 1 is loaded at the top of step (its DRAM latency then
   // overlaps 2/3 of the step) and resolved in chunk 36 - window, whose refill loads the first chunk of
   // step + 1 (see chunk()).
@@ -673,7 +674,8 @@ MJ_DEVICE void produce_fp8_lines(const SparsePrefillArgs& a, const Smem& s, i64 
 }
 
 template <class C>
-MJ_DEVICE void produce_fp8(const SparsePrefillArgs& a, const Smem& s, i64 token, int topk_len, int steps) {
+MJ_DEVICE void produce_fp8(const SparsePrefillArgs& a, const Smem& s, i64 token, int first_slot, int topk_len,
+                           int steps) {
   const int t = static_cast<int>(threadIdx.x) - 256;
   Fp8Producer<C> p{a, s};
   p.g = t >> 2;
@@ -682,7 +684,7 @@ MJ_DEVICE void produce_fp8(const SparsePrefillArgs& a, const Smem& s, i64 token,
   p.scales = a.kv_scales;
   p.policy = sm90::l2_policy_evict_last();
   p.sw = static_cast<u32>(p.g) & 7u;
-  const u32* token_indices = a.indices + token * a.indices_stride;
+  const u32* token_indices = a.indices + token * a.indices_stride + first_slot;  // (a part: its first step)
   // Encoded indices are loaded two steps ahead of their use and resolved one step ahead: the row
   // loads of step s + 1 start inside step s (the window), so their rows must be known then, and
   // an index load issued right before its resolution would stall the decode loop on L2 / DRAM.

@@ -456,6 +456,72 @@ TEST_SUITE("sparse_prefill_small") {
   }
 }
 
+// One split launch checked (the tail split of the persistent kernel, the decode plan and tail of
+// the one-item-per-CTA fp8 kernels): ragged lengths with every third token (and the last) of
+// length 0, so parts of zero steps and items without any valid slot occur; the slots are poisoned
+// with NaN before every launch:
+//   - the f64 reference at the SPEC bounds (out, lse, +inf / 0 rows);
+//   - items before the split: the bits of the unsplit launch on the same grid;
+//   - split items: within f32 rounding of the unsplit launch (out relative Frobenius 4e-3, lse
+//     1e-5): the same math with other running maxima, so P rounds to 16 bits differently;
+//   - two split launches: identical bits.
+struct SplitCase {
+  Case c;
+  int64_t grid;   // 0: one CTA per SM (persistent) / per unit (fp8)
+  int max_parts;  // 0: launch's limit
+};
+void check_split_case(const SplitCase& sc, uint64_t seed) {
+  const Case& c = sc.c;
+  CAPTURE(c.name);
+  CAPTURE(sc.grid);
+  CAPTURE(sc.max_parts);
+  const SparsePrefillParams p = params_of(c);
+  const auto plan = sparse_prefill::sm90_plan(p);
+  REQUIRE(sparse_prefill::split_kernel(p));
+  auto pb = problem_of(c, seed);
+  for (size_t t = 0; t < pb.topk_lengths.size(); ++t)
+    if (t % 3 == 2 || t + 1 == pb.topk_lengths.size()) pb.topk_lengths[t] = 0;
+  DeviceProblem d(pb);
+  DeviceBuffer ws(sparse_prefill::workspace_bytes(p, pb.num_blocks));
+  const Outputs base = sc.grid > 0 ? run_on_device(pb, d, Path::sm90, sc.grid) : run_on_device(pb, d, Path::sm90);
+  SplitRun split{&ws, sc.max_parts};
+  const Outputs o = run_on_device(pb, d, Path::sm90, sc.grid, nullptr, sparse_prefill::StageRows::automatic, &split);
+  const auto taken = split.taken;
+  MESSAGE(std::string(c.name), " grid ", sc.grid, ": items from ", taken.first, " in ", taken.parts, " parts, ", taken.units, " units");
+  REQUIRE(taken.parts > 1);
+  if (sc.max_parts > 0) CHECK(taken.parts <= sc.max_parts);
+  check_outputs(c, pb, ref::sparse_prefill_reference(pb), o, Path::sm90);
+  // Rows of items before the split: identical; after: close to the unsplit launch.
+  const int64_t hpc = plan.heads_per_cta;
+  const int64_t first_row = taken.first * hpc;  // items are (token, head tile): rows token * H + tile * hpc
+  REQUIRE(first_row * 512 <= static_cast<int64_t>(o.out.size()));
+  CHECK(std::memcmp(o.out.data(), base.out.data(), static_cast<size_t>(first_row) * 512 * 2) == 0);
+  if (c.lse) CHECK(std::memcmp(o.lse.data(), base.lse.data(), static_cast<size_t>(first_row) * 4) == 0);
+  double num = 0, den = 0, worst_lse = 0;
+  for (size_t i = static_cast<size_t>(first_row) * 512; i < o.out.size(); ++i) {
+    const double a = ref::bf16_to_float(o.out[i]), b = ref::bf16_to_float(base.out[i]);
+    num += (a - b) * (a - b);
+    den += b * b;
+  }
+  if (c.lse) {
+    for (size_t i = static_cast<size_t>(first_row); i < o.lse.size(); ++i) {
+      if (std::isinf(base.lse[i])) {
+        CHECK(o.lse[i] == base.lse[i]);
+      } else {
+        worst_lse = std::max(worst_lse, std::fabs(static_cast<double>(o.lse[i]) - base.lse[i]));
+      }
+    }
+  }
+  const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  MESSAGE("  split vs unsplit over the split items: out rel Frobenius ", rel, ", lse max diff ", worst_lse);
+  CHECK(rel < 4e-3);
+  CHECK(worst_lse < 1e-5);
+  SplitRun again{&ws, sc.max_parts};
+  const Outputs o2 = run_on_device(pb, d, Path::sm90, sc.grid, nullptr, sparse_prefill::StageRows::automatic, &again);
+  CHECK(o2.out == o.out);
+  CHECK(std::memcmp(o2.lse.data(), o.lse.data(), o.lse.size() * 4) == 0);
+}
+
 TEST_SUITE("sparse_prefill") {
   TEST_CASE("sparse_prefill kv_staging bf16 against the f64 references, every row choice and path") {
     const Case cases[] = {
@@ -709,11 +775,6 @@ TEST_SUITE("sparse_prefill") {
       MESSAGE("SKIPPED: the tail split is the persistent sm_90a kernel's (this device is ", Runtime::global().arch(), ")");
       return;
     }
-    struct SplitCase {
-      Case c;
-      int64_t grid;   // 0: one CTA per SM
-      int max_parts;  // 0: launch's limit
-    };
     const SplitCase cases[] = {
         // Fewer items than SMs: every item in parts, side by side.
         {{"bf16 h128 s31 topk1024 p64 sink", DType::bf16, 128, 31, 1024, 64, 0, true}, 0, 0},
@@ -726,57 +787,30 @@ TEST_SUITE("sparse_prefill") {
         {{"bf16 h128 s70 topk1024 p64 sink", DType::bf16, 128, 70, 1024, 64, 0, true}, 45, 3},
     };
     uint64_t seed = 950;
-    for (const SplitCase& sc : cases) {
-      const Case& c = sc.c;
-      CAPTURE(c.name);
-      CAPTURE(sc.grid);
-      CAPTURE(sc.max_parts);
-      const SparsePrefillParams p = params_of(c);
-      const auto plan = sparse_prefill::sm90_plan(p);
-      REQUIRE(plan.persistent);
-      auto pb = problem_of(c, seed++);
-      for (size_t t = 0; t < pb.topk_lengths.size(); ++t)
-        if (t % 3 == 2 || t + 1 == pb.topk_lengths.size()) pb.topk_lengths[t] = 0;
-      DeviceProblem d(pb);
-      DeviceBuffer ws(sparse_prefill::workspace_bytes(p, pb.num_blocks));
-      const Outputs base = sc.grid > 0 ? run_on_device(pb, d, Path::sm90, sc.grid) : run_on_device(pb, d, Path::sm90);
-      SplitRun split{&ws, sc.max_parts};
-      const Outputs o = run_on_device(pb, d, Path::sm90, sc.grid, nullptr, sparse_prefill::StageRows::automatic, &split);
-      const auto taken = split.taken;
-      MESSAGE(std::string(c.name), " grid ", sc.grid, ": items from ", taken.first, " in ", taken.parts, " parts, ", taken.units, " units");
-      REQUIRE(taken.parts > 1);
-      if (sc.max_parts > 0) CHECK(taken.parts <= sc.max_parts);
-      check_outputs(c, pb, ref::sparse_prefill_reference(pb), o, Path::sm90);
-      // Rows of items before the split: identical; after: close to the unsplit launch.
-      const int64_t hpc = plan.heads_per_cta;
-      const int64_t first_row = taken.first * hpc;  // items are (token, head tile): rows token * H + tile * hpc
-      REQUIRE(first_row * 512 <= static_cast<int64_t>(o.out.size()));
-      CHECK(std::memcmp(o.out.data(), base.out.data(), static_cast<size_t>(first_row) * 512 * 2) == 0);
-      if (c.lse) CHECK(std::memcmp(o.lse.data(), base.lse.data(), static_cast<size_t>(first_row) * 4) == 0);
-      double num = 0, den = 0, worst_lse = 0;
-      for (size_t i = static_cast<size_t>(first_row) * 512; i < o.out.size(); ++i) {
-        const double a = ref::bf16_to_float(o.out[i]), b = ref::bf16_to_float(base.out[i]);
-        num += (a - b) * (a - b);
-        den += b * b;
-      }
-      if (c.lse) {
-        for (size_t i = static_cast<size_t>(first_row); i < o.lse.size(); ++i) {
-          if (std::isinf(base.lse[i])) {
-            CHECK(o.lse[i] == base.lse[i]);
-          } else {
-            worst_lse = std::max(worst_lse, std::fabs(static_cast<double>(o.lse[i]) - base.lse[i]));
-          }
-        }
-      }
-      const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-      MESSAGE("  split vs unsplit over the split items: out rel Frobenius ", rel, ", lse max diff ", worst_lse);
-      CHECK(rel < 4e-3);
-      CHECK(worst_lse < 1e-5);
-      SplitRun again{&ws, sc.max_parts};
-      const Outputs o2 = run_on_device(pb, d, Path::sm90, sc.grid, nullptr, sparse_prefill::StageRows::automatic, &again);
-      CHECK(o2.out == o.out);
-      CHECK(std::memcmp(o2.lse.data(), o.lse.data(), o.lse.size() * 4) == 0);
+    for (const SplitCase& sc : cases) check_split_case(sc, seed++);
+  }
+
+  TEST_CASE("sparse_prefill fp8 split (decode plan and tail): parts merged at SPEC precision") {
+    // The one-item-per-CTA fp8 kernels split items over keys when a launch has fewer items than SMs
+    // (decode: every item in parts of one step at least) and the last wave's items otherwise, each
+    // producer kind: f16 line loads (unit scales), per-row scales, ue8m0 groups of 64 (bf16 tiles)
+    // and of 192 (f16 tiles, kF16Group).
+    if (Runtime::global().arch() != "sm_90a") {
+      MESSAGE("SKIPPED: the fp8 split is the sm_90a kernel's (this device is ", Runtime::global().arch(), ")");
+      return;
     }
+    const SplitCase cases[] = {
+        {{"fp8 g0 h128 s1 topk2048 p64 sink", DType::fp8_e4m3, 128, 1, 2048, 64, 0, true}, 0, 0},
+        {{"fp8 g576 h64 s3 topk2048 p64", DType::fp8_e4m3, 64, 3, 2048, 64, 576}, 0, 0},
+        {ue8m0_case("fp8 g64 ue8m0 h128 s8 topk2048 p64 sink", 128, 8, 2048, 64, 64, true), 0, 0},
+        {ue8m0_case("fp8 g64 ue8m0 h16 s31 topk1024 p16", 16, 31, 1024, 16, 64, false), 0, 0},
+        {wide_ue8m0_case("fp8 g192 ue8m0 h128 s5 topk2048 p64 2^-2..2^17", 128, 5, 2048, 64, 192, true, -2, 17), 0, 0},
+        {ue8m0_case("fp8 g64 ue8m0 h64 s40 topk1024 p64 sink", 64, 40, 1024, 64, 64, true), 0, 4},
+        // More items than SMs: whole items, then the last wave's split (the H200's 132 SMs: 8 left).
+        {ue8m0_case("fp8 g64 ue8m0 h128 s70 topk1024 p64 sink", 128, 70, 1024, 64, 64, true), 0, 0},
+    };
+    uint64_t seed = 990;
+    for (const SplitCase& sc : cases) check_split_case(sc, seed++);
   }
 
   TEST_CASE("sparse_prefill fp8: a cache base at any 16-byte offset gives the same bits") {

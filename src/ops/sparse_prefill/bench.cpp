@@ -35,12 +35,19 @@ using AnchorFn = int (*)(const void* q, const void* kv, long long s_kv, const in
                          int topk, float sm_scale, const float* attn_sink, const int* topk_length, void* out,
                          float* max_logits, float* lse, void* stream);
 using AnchorInfoFn = const char* (*)();
+using DecodeAnchorFn = int (*)(const void* q, const void* kv, const int* indices, const int* topk_lengths,
+                               const float* attn_sink, void* out, float* lse, int b, int s_q, int h_q, int topk,
+                               int num_blocks, int page_size, float sm_scale, void* workspace, size_t workspace_bytes,
+                               int phase, void* stream);
+using DecodeAnchorWsFn = size_t (*)(int b, int s_q, int h_q, int topk, int num_sms);
 
 struct Anchor {
   void* handle = nullptr;
   AnchorFn run = nullptr;
   AnchorInfoFn info = nullptr;
-  explicit Anchor(const std::string& path) {
+  DecodeAnchorFn decode = nullptr;
+  DecodeAnchorWsFn decode_ws = nullptr;
+  explicit Anchor(const std::string& path, bool decode_shapes) {
     // A path (with a slash) must name a regular file: dlopen would block on a FIFO. A bare name is
     // looked up in the loader's search path, as dlopen does.
     if (path.find('/') != std::string::npos) require_regular_file(path, "--anchor");
@@ -51,9 +58,17 @@ struct Anchor {
     }
     run = reinterpret_cast<AnchorFn>(::dlsym(handle, "anchor_sparse_prefill_bf16"));
     info = reinterpret_cast<AnchorInfoFn>(::dlsym(handle, "anchor_sparse_prefill_info"));
-    if (!run) {
+    if (decode_shapes) {
+      decode = reinterpret_cast<DecodeAnchorFn>(::dlsym(handle, "anchor_sparse_decode_fp8_ds_mla"));
+      decode_ws = reinterpret_cast<DecodeAnchorWsFn>(::dlsym(handle, "anchor_sparse_decode_fp8_ds_mla_workspace"));
+      if (!decode || !decode_ws) decode = nullptr;
+    }
+    if (!run && !decode) {
       ::dlclose(handle);
-      throw_invalid("--anchor", path, "a library exporting anchor_sparse_prefill_bf16 (see `mlajit bench --help`)");
+      throw_invalid("--anchor", path,
+                    decode_shapes ? "a library exporting anchor_sparse_decode_fp8_ds_mla (+ _workspace) or "
+                                    "anchor_sparse_prefill_bf16 (see `mlajit bench --help`)"
+                                  : "a library exporting anchor_sparse_prefill_bf16 (see `mlajit bench --help`)");
     }
   }
   ~Anchor() {
@@ -75,9 +90,32 @@ double rel_frobenius_bf16(const std::vector<uint16_t>& x, const std::vector<uint
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// FlashMLA's fp8_ds_mla record of one bf16 row (its reference quantizer): 512 e4m3 in four
+// 128-dim tiles with scale 2^ceil(log2(max(amax / 448, 1e-4))), 4 f32 scales, the 64 rope dims as bf16.
+void ds_mla_record(const uint16_t* row, uint8_t* rec) {
+  for (int t = 0; t < 4; ++t) {
+    float amax = 0.f;
+    for (int e = 0; e < 128; ++e) amax = std::max(amax, std::fabs(ref::bf16_to_float(row[128 * t + e])));
+    const float s = std::exp2(std::ceil(std::log2(static_cast<double>(std::max(amax / 448.0f, 1e-4f)))));
+    for (int e = 0; e < 128; ++e) rec[128 * t + e] = ref::float_to_e4m3(ref::bf16_to_float(row[128 * t + e]) / s);
+    std::memcpy(rec + 512 + 4 * t, &s, 4);
+  }
+  std::memcpy(rec + 528, row + 512, 128);
+}
+
 }  // namespace
 
-nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
+nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
+  SparsePrefillBenchArgs a = args_in;
+  const bool decode_shapes = a.batch > 0;
+  if (decode_shapes) {
+    MLAJIT_EXPECT(a.next_n >= 1 && a.next_n <= 64, "next_n", a.next_n, "1..64");
+    MLAJIT_EXPECT(a.context >= a.top_k && a.context <= (int64_t{1} << 24), "context", a.context,
+                  fmt::format("top_k ({})..2^24: each token chooses top_k distinct keys of its sequence", a.top_k));
+    MLAJIT_EXPECT(a.batch <= 4096, "batch", a.batch, "1..4096");
+    a.tokens = a.batch * a.next_n;
+    a.keys = a.batch * a.context;
+  }
   MLAJIT_EXPECT(a.tokens >= 1, "tokens", a.tokens, ">= 1");
   MLAJIT_EXPECT(a.top_k >= 1, "top_k", a.top_k, ">= 1");
   MLAJIT_EXPECT(a.keys >= a.top_k, "keys", a.keys, fmt::format(">= top_k ({}): indices are distinct", a.top_k));
@@ -108,10 +146,13 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   const bool with_anchor = !a.anchor.empty();
   if (with_anchor) {
     // The anchor ABI's constraints (bench.hpp), checked before any allocation.
-    MLAJIT_EXPECT(a.num_heads % 64 == 0, "heads (with --anchor)", a.num_heads, "a multiple of 64 (anchor ABI)");
+    if (!decode_shapes)
+      MLAJIT_EXPECT(a.num_heads % 64 == 0, "heads (with --anchor)", a.num_heads, "a multiple of 64 (anchor ABI)");
     MLAJIT_EXPECT(a.top_k % 128 == 0, "top_k (with --anchor)", a.top_k, "a multiple of 128 (anchor ABI)");
   }
-  std::unique_ptr<Anchor> anchor = with_anchor ? std::make_unique<Anchor>(a.anchor) : nullptr;
+  std::unique_ptr<Anchor> anchor = with_anchor ? std::make_unique<Anchor>(a.anchor, decode_shapes) : nullptr;
+  const bool decode_anchor = with_anchor && anchor->decode != nullptr;
+  const int64_t anchor_heads = a.num_heads <= 64 ? 64 : 128;  // the decode anchor's h_q (padded)
 
   const int dev = driver::ensure_context();
   Runtime& rt = Runtime::global();
@@ -144,15 +185,18 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   // Distinct random positions per row (partial Fisher-Yates over the pool), encoded through the
   // shuffled lookup table. `positions` keeps the unencoded ones for the anchor.
   const auto lut = autotune::data::shuffled_lookup_table(1, num_blocks, rng);
+  // Decode shapes: token t draws from its sequence's window [seq * context, + context).
   std::vector<uint32_t> pool(static_cast<size_t>(a.keys));
   std::iota(pool.begin(), pool.end(), 0u);
   std::vector<uint32_t> idx(static_cast<size_t>(T * stride), 0xFFFFFFFFu);
   std::vector<int32_t> positions(with_anchor ? static_cast<size_t>(T * a.top_k) : 0);
   for (int64_t t = 0; t < T; ++t) {
+    const int64_t base = decode_shapes ? (t / a.next_n) * a.context : 0;
+    const int64_t window = decode_shapes ? a.context : a.keys;
     for (int64_t j = 0; j < a.top_k; ++j) {
-      const size_t k = static_cast<size_t>(j) + rng.below(static_cast<uint32_t>(a.keys - j));
-      std::swap(pool[static_cast<size_t>(j)], pool[k]);
-      const uint32_t pos = pool[static_cast<size_t>(j)];
+      const size_t k = static_cast<size_t>(base + j) + rng.below(static_cast<uint32_t>(window - j));
+      std::swap(pool[static_cast<size_t>(base + j)], pool[k]);
+      const uint32_t pos = pool[static_cast<size_t>(base + j)];
       idx[static_cast<size_t>(t * stride + j)] = lut[pos / p.page_size] * p.page_size + pos % p.page_size;
       if (with_anchor) positions[static_cast<size_t>(t * a.top_k + j)] = static_cast<int32_t>(pos);
     }
@@ -191,8 +235,56 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   // row lut[pos / page] * page + pos % page of layer read_layer, as a contiguous bf16 [s_kv, 1, 576];
   // an fp8 cache is dequantised with its scales, e4m3 * scale rounded once to bf16) and the same
   // keys per query as plain int32 positions.
-  driver::DeviceBuffer a_kv, a_idx, a_out, a_maxl, a_lse;
-  if (with_anchor) {
+  driver::DeviceBuffer a_kv, a_idx, a_out, a_maxl, a_lse, a_q, a_ws;
+  if (decode_anchor) {
+    // The selected rows of the read layer as fp8_ds_mla records at the same encoded index (block *
+    // page + offset of a one-layer cache with the same blocks); rows nobody selects stay zero.
+    const size_t es = dtype_size(p.kv_dtype);
+    std::vector<uint8_t> rec(static_cast<size_t>(num_blocks * p.page_size) * 656, 0);
+    std::vector<uint8_t> done(static_cast<size_t>(num_blocks * p.page_size), 0);
+    std::vector<uint8_t> all(blocks.size());
+    blocks.download(all.data(), all.size());
+    std::vector<uint16_t> row(576);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < a.top_k; ++j) {
+        const uint32_t e = idx[static_cast<size_t>(t * stride + j)];
+        if (done[e]) continue;
+        done[e] = 1;
+        const size_t r = static_cast<size_t>(e / p.page_size) * layers * p.page_size +
+                         static_cast<size_t>(read_layer) * p.page_size + e % p.page_size;
+        const uint8_t* raw = all.data() + r * 576 * es;
+        for (int d = 0; d < 576; ++d) {
+          if (p.kv_dtype == DType::bf16) {
+            std::memcpy(&row[d], raw + 2 * d, 2);
+          } else {
+            const float sc_d = spt > 0 ? sc[r * spt + d / p.quantization_granularity] : 1.0f;
+            row[d] = ref::float_to_bf16(ref::e4m3_to_float(raw[d]) * sc_d);
+          }
+        }
+        ds_mla_record(row.data(), rec.data() + static_cast<size_t>(e) * 656);
+      }
+    }
+    a_kv = autotune::data::upload(rec);
+    std::vector<int32_t> ai(static_cast<size_t>(T * a.top_k));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < a.top_k; ++j) ai[static_cast<size_t>(t * a.top_k + j)] = static_cast<int32_t>(idx[static_cast<size_t>(t * stride + j)]);
+    a_idx = autotune::data::upload(ai);
+    // q padded to the anchor's heads (zero heads past H).
+    a_q = driver::DeviceBuffer(static_cast<size_t>(T * anchor_heads * 576 * 2));
+    {
+      std::vector<uint16_t> qh(static_cast<size_t>(T * H * 576)), qa(static_cast<size_t>(T * anchor_heads * 576), 0);
+      q.download(qh.data(), qh.size() * 2);
+      for (int64_t t = 0; t < T; ++t)
+        std::memcpy(qa.data() + static_cast<size_t>(t * anchor_heads * 576), qh.data() + static_cast<size_t>(t * H * 576),
+                    static_cast<size_t>(H * 576 * 2));
+      a_q.upload(qa.data(), qa.size() * 2);
+    }
+    a_out = driver::DeviceBuffer(static_cast<size_t>(T * anchor_heads * 512 * 2));
+    a_lse = driver::DeviceBuffer(static_cast<size_t>(T * anchor_heads * 4));
+    const size_t wsb = anchor->decode_ws(static_cast<int>(a.batch), a.next_n, static_cast<int>(anchor_heads), a.top_k,
+                                         std::max(1, rt.sm_count()));
+    a_ws = driver::DeviceBuffer(std::max<size_t>(wsb, 16));
+  } else if (with_anchor) {
     const size_t es = dtype_size(p.kv_dtype);
     const size_t page_bytes = static_cast<size_t>(p.page_size) * 576 * es;
     std::vector<uint8_t> page(page_bytes);
@@ -238,7 +330,20 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   // keys, no length load) and with them (its topk_length instantiation reads topk_length[t] first,
   // as mlajit always reads topk_lengths[t]: the same work). The lengths buffer holds `top_k` for
   // every token, so both compute the same output.
+  auto run_decode_anchor = [&](int phase) {
+    const int rc = anchor->decode(a_q.get(), a_kv.get(), static_cast<const int*>(a_idx.get()), nullptr,
+                                  p.attn_sink ? static_cast<const float*>(sink.get()) : nullptr, a_out.get(),
+                                  static_cast<float*>(a_lse.get()), static_cast<int>(a.batch), a.next_n,
+                                  static_cast<int>(anchor_heads), a.top_k, static_cast<int>(num_blocks), p.page_size,
+                                  kSoftmaxScale, a_ws.get(), a_ws.size(), phase, stream);
+    if (rc != 0) throw_error(ErrorKind::Driver, "anchor_sparse_decode_fp8_ds_mla ({}) returned {}", a.anchor, rc);
+  };
+  if (decode_anchor) run_decode_anchor(0);  // the scheduler metadata, once (a serving loop reuses it)
   auto run_anchor = [&](bool with_lengths) {
+    if (decode_anchor) {
+      run_decode_anchor(1);
+      return;
+    }
     const int rc = anchor->run(q.get(), a_kv.get(), a.keys, static_cast<const int*>(a_idx.get()), static_cast<int>(T),
                                static_cast<int>(H), a.top_k, kSoftmaxScale,
                                p.attn_sink ? static_cast<const float*>(sink.get()) : nullptr,
@@ -251,7 +356,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   std::vector<std::function<void(Stream)>> launches{[&](Stream) { run_mlajit(); }};
   if (with_anchor) {
     launches.push_back([&](Stream) { run_anchor(false); });
-    launches.push_back([&](Stream) { run_anchor(true); });
+    launches.push_back([&](Stream) { run_anchor(true); });  // (decode anchor: the same launch again)
   }
   if (compare_unsplit) launches.push_back([&](Stream) { run_unsplit(); });
   // The staging alone, for attribution (its cost is inside the op's time above).
@@ -274,6 +379,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
   j["num_heads"] = H;
   j["top_k"] = a.top_k;
   j["keys"] = a.keys;
+  if (decode_shapes) j["decode"] = {{"batch", a.batch}, {"next_n", a.next_n}, {"context", a.context}};
   j["reps"] = a.reps;
   j["flops"] = flops;
   j["ms"] = {{"median", median}, {"min", best}, {"max", worst}};
@@ -295,18 +401,35 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& a) {
     const size_t n_out = static_cast<size_t>(T * H * 512), n_lse = static_cast<size_t>(T * H);
     std::vector<uint16_t> o1(n_out), o2(n_out);
     out.download(o1.data(), n_out * 2);
-    a_out.download(o2.data(), n_out * 2);
+    if (decode_anchor) {  // the anchor's first H of its anchor_heads heads
+      std::vector<uint16_t> full(static_cast<size_t>(T * anchor_heads * 512));
+      a_out.download(full.data(), full.size() * 2);
+      for (int64_t t = 0; t < T; ++t)
+        std::memcpy(o2.data() + static_cast<size_t>(t * H * 512), full.data() + static_cast<size_t>(t * anchor_heads * 512),
+                    static_cast<size_t>(H * 512 * 2));
+    } else {
+      a_out.download(o2.data(), n_out * 2);
+    }
     nlohmann::json cmp;
     cmp["out_rel_frobenius"] = rel_frobenius_bf16(o1, o2);
     if (p.emit_lse) {
       std::vector<float> l1(n_lse), l2(n_lse);
       lse.download(l1.data(), n_lse * 4);
-      a_lse.download(l2.data(), n_lse * 4);
+      if (decode_anchor) {
+        std::vector<float> full(static_cast<size_t>(T * anchor_heads));
+        a_lse.download(full.data(), full.size() * 4);
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t h = 0; h < H; ++h) l2[static_cast<size_t>(t * H + h)] = full[static_cast<size_t>(t * anchor_heads + h)];
+      } else {
+        a_lse.download(l2.data(), n_lse * 4);
+      }
       double worst_lse = 0;
       for (size_t i = 0; i < n_lse; ++i) worst_lse = std::max(worst_lse, std::fabs(static_cast<double>(l1[i]) - l2[i]));
       cmp["lse_max_abs_diff"] = worst_lse;
     }
     j["anchor"] = {{"library", a.anchor},
+                   {"kernel", decode_anchor ? "anchor_sparse_decode_fp8_ds_mla" : "anchor_sparse_prefill_bf16"},
+                   {"heads_run", decode_anchor ? anchor_heads : H},
                    {"info", anchor->info ? anchor->info() : ""},
                    {"ms_median", am},
                    {"tflops", flops / (am * 1e-3) / 1e12},

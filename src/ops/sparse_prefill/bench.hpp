@@ -18,6 +18,12 @@ struct SparsePrefillBenchArgs {
   int num_heads = 128;
   int top_k = 2048;       // keys selected per query token
   int64_t keys = 32768;   // keys in the cache (the anchor ABI's s_kv)
+  // Decode shapes (batch > 0): `batch` sequences of `context` keys each, `next_n` query tokens per
+  // sequence (tokens = batch * next_n, keys = batch * context), every token choosing its top_k keys
+  // among its own sequence's: the cache a server decodes from, far larger than L2.
+  int64_t batch = 0;
+  int next_n = 1;
+  int64_t context = 32768;
   DType kv_dtype = DType::bf16;
   int page_size = 64;
   int layers = 2;  // layers of the paged cache (1..64); 1 = one contiguous layer, FlashMLA's own layout
@@ -53,6 +59,19 @@ struct SparsePrefillBenchArgs {
 // dequantised to bf16, also with qk_math fp8: the anchor stays the 16-bit kernel it is compared
 // against) and the same keys per query as mlajit; both are timed in alternating reps, each after
 // an L2 flush.
+
+// Decode anchor ABI (decode shapes, batch > 0): when LIB exports
+//   extern "C" int anchor_sparse_decode_fp8_ds_mla(const void* q, const void* kv, const int* indices,
+//       const int* topk_lengths /*null*/, const float* attn_sink /*nullable*/, void* out, float* lse,
+//       int b, int s_q, int h_q, int topk, int num_blocks, int page_size, float sm_scale,
+//       void* workspace, size_t workspace_bytes, int phase, void* stream);
+//   extern "C" size_t anchor_sparse_decode_fp8_ds_mla_workspace(int b, int s_q, int h_q, int topk, int num_sms);
+// it is timed instead: q bf16 [b, s_q, h_q, 576], kv the fp8_ds_mla records [num_blocks, page_size,
+// 656] of the same keys (each selected row of the read layer, decoded to bf16 and quantized as
+// FlashMLA's reference quantizer does: per 128 dims scale 2^ceil(log2(max(amax / 448, 1e-4))), the
+// rope dims as bf16), indices int32 [b, s_q, top_k] the same encoded indices, out bf16 [b, s_q, h_q,
+// 512], lse f32 [b, s_q, h_q]; h_q 64 or 128 (fewer heads run padded to 64, and the JSON says so).
+// phase 0 computes the scheduler metadata (once, untimed), phase 1 reuses it, as a serving loop does.
 
 // CUDA-event timings after 3 warm-up launches over `reps` launches:
 //   {"op", "params", "path", "arch", "device", "tokens", "num_heads", "top_k", "keys", "reps",

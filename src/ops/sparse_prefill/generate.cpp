@@ -201,7 +201,7 @@ KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill
                                 : "0";
   code += fmt::format("#if {}\n#define MLAJIT_SPARSE_PREFILL_HOPPER 1\n#else\n#define MLAJIT_SPARSE_PREFILL_HOPPER 0\n#endif\n",
                       hopper_cond);
-  const bool combine = covered && plan90.persistent;
+  const bool combine = covered && sparse_prefill::split_kernel(p);
   code += "#if MLAJIT_SPARSE_PREFILL_HOPPER\n";
   code += covered ? sm90_part(pa, plan90) +
                         guard_entry(sparse_prefill::kSymbolPortable, plan_portable.threads, false)

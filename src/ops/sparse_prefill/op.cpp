@@ -245,8 +245,8 @@ void bind_partials(const SparsePrefillParams& p, const ops::PagedCacheView& kv, 
                    SparsePrefillArgs& args) {
   args.partials = nullptr;
   args.partial_slots = 0;
-  // Specs without the persistent kernel do not look at the workspace (any view).
-  if (workspace.empty() || !persistent_kernel(p)) return;
+  // Specs without a splitting kernel do not look at the workspace (any view).
+  if (workspace.empty() || !split_kernel(p)) return;
   expect_workspace_view(workspace);
   const size_t have = static_cast<size_t>(workspace.numel()) * dtype_size(workspace.dtype);
   const size_t offset = partials_offset(p, kv.blocks.shape[0]);  // make_args checked the view
@@ -262,13 +262,15 @@ TailSplit tail_split(int64_t items, int64_t grid, int64_t slots, int64_t indices
   if (items <= 0 || grid <= 0) return sp;
   const int64_t r = items >= grid ? items % grid : items;
   if (r == 0) return sp;
-  // Two steps (256 keys) per part at least: a part's fixed cost (query tile, first gather, epilogue,
-  // its slot's 128 KB) is worth about one step, so one-step parts would gain little over two-step
-  // ones and double the combine's reads. An explicit cap replaces that rule (one step per part at
-  // least).
+  // Steps (128 keys) per part at least: in the tail of a launch of many items two (a part's fixed
+  // cost, query tile, first gather, epilogue and its slot's 128 KB, is worth about one step, so
+  // one-step parts would gain little over two-step ones and double the combine's reads); with fewer
+  // items than the grid (decode: a batch of single tokens) one, since there the latency of an item
+  // is the launch's. An explicit cap replaces that rule (one step per part at least).
+  const int64_t min_steps = items < grid ? 1 : 2;
   int64_t limit = std::min(grid / r, slots / r);
   limit = std::min<int64_t>(limit, max_parts > 0 ? std::min<int64_t>(max_parts, std::max<int64_t>(1, indices_stride / 128))
-                                                 : std::max<int64_t>(1, indices_stride / 256));
+                                                 : std::max<int64_t>(1, indices_stride / (128 * min_steps)));
   // A power of two (the kernel walks units with shifts): the largest one within the limit.
   int64_t parts = 1;
   while (parts * 2 <= limit) parts *= 2;
@@ -420,14 +422,17 @@ TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, 
     heads_per_cta = plan.heads_per_cta;
     const int64_t items = args.num_tokens * plan.head_tiles;
     split.first = split.units = items;
-    if (plan.persistent && args.partials != nullptr && args.partial_slots > 0) {
-      const int64_t budget = persistent_ctas_budget(grid_ctas);
+    if (split_kernel(p) && args.partials != nullptr && args.partial_slots > 0) {
+      // The persistent kernel: its grid (one CTA per SM). One CTA per unit (fp8): the SMs that one
+      // wave of it covers (its shared memory allows one CTA per SM), so that the last wave's items,
+      // or all of them when there are fewer than SMs (decode), are split to fill it.
+      const int64_t budget = plan.persistent ? persistent_ctas_budget(grid_ctas) : persistent_ctas_budget(0);
       split = tail_split(items, budget, args.partial_slots, args.indices_stride, max_split_parts);
       if (split.parts > 1 && split.units > INT_MAX) split = TailSplit{items, 1, items};  // 32-bit units: unsplit
       if (split.parts > 1) {
         a.split_first = static_cast<int>(split.first);
         while ((1 << a.split_shift) < split.parts) ++a.split_shift;  // tail_split gives a power of two
-        ctas = std::min(split.units, budget);
+        ctas = plan.persistent ? std::min(split.units, budget) : split.units;
       }
     }
   } else {

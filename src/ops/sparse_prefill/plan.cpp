@@ -36,6 +36,8 @@ bool portable_supported(const SparsePrefillParams& p) { return p.qk_math != QkMa
 
 bool persistent_kernel(const SparsePrefillParams& p) { return sm90_supported(p) && sm90_plan(p).persistent; }
 
+bool split_kernel(const SparsePrefillParams& p) { return sm90_supported(p) && p.qk_math != QkMath::fp8; }
+
 // Measured on an H200 (2026-11-21; s_q 4096, H 128, top-k 2048, s_kv 32K, b_topk 64; TFLOP/s):
 //   bf16:                 Hopper 450, portable 241.
 //   fp8 granularity 0:    Hopper 400, portable 212.    fp8 granularity 576: Hopper 370, portable 209.
@@ -86,7 +88,7 @@ size_t partials_offset(const SparsePrefillParams& p, int64_t num_blocks) {
 
 size_t workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks, const char* field) {
   const size_t staged = staged_bytes(p, num_blocks, field);
-  if (!persistent_kernel(p)) return staged;
+  if (!split_kernel(p)) return staged;
   return partials_offset(p, num_blocks) + static_cast<size_t>(kMaxSplitSlots * kPartialSlotBytes);
 }
 

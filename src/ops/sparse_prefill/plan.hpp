@@ -43,9 +43,9 @@ constexpr int64_t kMaxStagedRows = int64_t{1} << 31;
 // The workspace of ops::sparse_prefill, in this order (each part 256-byte aligned):
 // - kv_staging bf16: the bf16 copy (num_blocks * page_size rows of 576 elements, 1152 bytes each),
 //   then one flag byte per page (block), rounded up to 16 bytes: staged_bytes(). Required.
-// - the persistent Hopper kernel (Sm90Plan::persistent): kMaxSplitSlots partial slots of
-//   kPartialSlotBytes for its tail split (launch() splits only within the slots the workspace
-//   holds; none: no split). Optional.
+// - the splitting Hopper kernels (split_kernel): kMaxSplitSlots partial slots of kPartialSlotBytes
+//   for the parts of split items (launch() splits only within the slots the workspace holds; none:
+//   no split). Optional.
 // workspace_bytes = both. A pool beyond kMaxStagedRows is an Error naming `field`.
 constexpr int64_t kPartialSlotBytes = mj::sparse_prefill_layout::kPartialSlotBytes;
 constexpr int64_t kMaxSplitSlots = 256;                    // parts in flight <= the grid <= the SMs
@@ -85,6 +85,10 @@ bool portable_supported(const SparsePrefillParams& p);
 // Whether p's Hopper kernel is the persistent one (Sm90Plan::persistent: a bf16 cache, or
 // kv_staging bf16): the kernel with the tail split, whose module holds the combine entry.
 bool persistent_kernel(const SparsePrefillParams& p);
+// Whether p's Hopper kernel splits items over keys (16-bit math: the persistent kernel's tail split,
+// the one-item-per-CTA fp8 kernels' decode plan and tail; not qk_math fp8): its module holds the
+// combine entry and its workspace the partial slots.
+bool split_kernel(const SparsePrefillParams& p);
 // Where both kernels can run (sm_90a and sm90_supported), whether the automatic path takes the
 // Hopper one. A measured policy: see the numbers next to the definition.
 bool sm90_preferred(const SparsePrefillParams& p);
