@@ -50,6 +50,8 @@ ops and their shape keys (defaults in brackets; tokens / keys / top_k mean what 
         e.g. --shape kv_dtype=fp8_e4m3,quantization_granularity=576,qk_math=fp8
       kv_staging [none|bf16]: bf16 = stage the selected fp8 rows as bf16 in a workspace, then run the
         bf16 kernel (fp8 cache, qk_math bf16); the time includes the staging, also printed alone
+      kv_layout [split|fp8_ds_mla]: fp8_ds_mla = FlashMLA's 656-byte records (with kv_dtype=fp8_e4m3,
+        quantization_granularity=128; scale_fmt ue8m0 for power-of-two scales)
       stage_rows [auto|all|marked]: with kv_staging bf16, convert every row of the layer or only the
         rows the indices select (auto: the cheaper by the op's byte model)
       --anchor LIB.so: also time LIB's anchor_sparse_prefill_bf16 on the same inputs, interleaved
@@ -210,6 +212,7 @@ int cmd_bench(const Argv& argv) {
     shape.take_bool("lse", a.emit_lse);
     if (auto m = shape.take("qk_math")) a.qk_math = parse_qk_math(*m, "--shape qk_math");
     if (auto k = shape.take("kv_staging")) a.kv_staging = parse_kv_staging(*k, "--shape kv_staging");
+    if (auto k = shape.take("kv_layout")) a.kv_layout = parse_kv_layout(*k, "--shape kv_layout");
     if (auto r = shape.take("stage_rows")) a.stage_rows = *r;
     if (auto p = shape.take("path")) a.path = *p;
     a.anchor = args.get_or("anchor", "");

@@ -18,6 +18,8 @@ const char* emit_name(IndexEmit e);
 // "bf16" | "fp8" (the JSON spelling); anything else is an Error naming `field` and the choices.
 QkMath parse_qk_math(const std::string& name, const std::string& field);
 KvStaging parse_kv_staging(const std::string& name, const std::string& field);
+KvLayout parse_kv_layout(const std::string& name, const std::string& field);
+const char* kv_layout_name(KvLayout l);
 ScaleFmt parse_scale_fmt(const std::string& name, const std::string& field);
 
 // A default-constructed params struct of `op` (the variant alternative of index `op`).

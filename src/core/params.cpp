@@ -43,6 +43,12 @@ struct EnumNames<KvStaging> {
   static constexpr std::pair<KvStaging, const char*> v[] = {{KvStaging::none, "none"}, {KvStaging::bf16, "bf16"}};
 };
 
+template <>
+struct EnumNames<KvLayout> {
+  static constexpr std::pair<KvLayout, const char*> v[] = {{KvLayout::split, "split"},
+                                                           {KvLayout::fp8_ds_mla, "fp8_ds_mla"}};
+};
+
 template <typename E>
 const char* enum_name(E e) {
   for (auto& [k, n] : EnumNames<E>::v)
@@ -168,6 +174,8 @@ KvStaging parse_kv_staging(const std::string& name, const std::string& field) {
   return parse_enum<KvStaging>(name, field);
 }
 ScaleFmt parse_scale_fmt(const std::string& name, const std::string& field) { return parse_enum<ScaleFmt>(name, field); }
+KvLayout parse_kv_layout(const std::string& name, const std::string& field) { return parse_enum<KvLayout>(name, field); }
+const char* kv_layout_name(KvLayout l) { return enum_name(l); }
 
 // ---- validation ---------------------------------------------------------------------------------
 void PagedKVCacheParams::validate(const std::string& p) const {

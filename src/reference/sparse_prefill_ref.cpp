@@ -25,11 +25,24 @@ uint8_t float_to_e4m3(float x) { return testdata::f32_to_e4m3(x); }
 // ---- problem ------------------------------------------------------------------------------------------
 
 size_t SparsePrefillProblem::block_bytes() const {
-  const size_t elem = p.kv_dtype == DType::fp8_e4m3 ? 1 : 2;
-  return static_cast<size_t>(num_blocks) * num_layers * p.page_size * 576 * elem;
+  return static_cast<size_t>(num_blocks) * num_layers * p.page_size * static_cast<size_t>(p.row_bytes());
 }
 
 void decode_row(const SparsePrefillProblem& pb, int64_t row, double* k) {
+  if (pb.p.kv_layout == KvLayout::fp8_ds_mla) {
+    // FlashMLA's record: dims 0..511 e4m3 * scale[d / 128] (f32 scales at byte 512), dims 512..575
+    // bf16 at byte 528.
+    const uint8_t* rec = pb.blocks.data() + static_cast<size_t>(row) * 656;
+    float sc[4];
+    std::memcpy(sc, rec + 512, 16);
+    for (int d = 0; d < 512; ++d) k[d] = static_cast<double>(e4m3_to_float(rec[d])) * static_cast<double>(sc[d / 128]);
+    for (int d = 0; d < 64; ++d) {
+      uint16_t b;
+      std::memcpy(&b, rec + 528 + 2 * d, 2);
+      k[512 + d] = bf16_to_float(b);
+    }
+    return;
+  }
   if (pb.p.kv_dtype == DType::bf16) {
     const uint8_t* src = pb.blocks.data() + static_cast<size_t>(row) * 576 * 2;
     for (int d = 0; d < 576; ++d) {
@@ -202,6 +215,25 @@ SparsePrefillProblem make_random_problem(const SparsePrefillParams& p, const Spa
   std::vector<float> x(576);
   for (int64_t r = 0; r < rows; ++r) {
     for (auto& v : x) v = normal(rng);
+    if (p.kv_layout == KvLayout::fp8_ds_mla) {
+      // Records: four 128-dim groups of different magnitudes (2^lo..2^hi apart with ue8m0, as
+      // below), quantized with the store's scale rule; the rope dims as bf16.
+      uint8_t* rec = pb.blocks.data() + static_cast<size_t>(r) * 656;
+      for (int b = 0; b < 4; ++b) {
+        const int lo = s.ue8m0_group_exp_lo, span = s.ue8m0_group_exp_hi - lo + 1;
+        const float mag = std::ldexp(1.0f, static_cast<int>(rng() % static_cast<uint32_t>(span)) + lo);
+        float amax = 0;
+        for (int d = 128 * b; d < 128 * (b + 1); ++d) amax = std::max(amax, std::fabs(x[d] *= mag));
+        const float scale = fp8_group_scale(amax, p.scale_fmt);
+        std::memcpy(rec + 512 + 4 * b, &scale, 4);
+        for (int d = 128 * b; d < 128 * (b + 1); ++d) rec[d] = float_to_e4m3(x[d] / scale);
+      }
+      for (int d = 0; d < 64; ++d) {
+        const uint16_t h = float_to_bf16(x[512 + d]);
+        std::memcpy(rec + 528 + 2 * d, &h, 2);
+      }
+      continue;
+    }
     if (!fp8) {
       for (int d = 0; d < 576; ++d) {
         const uint16_t b = float_to_bf16(x[d]);

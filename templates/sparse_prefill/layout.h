@@ -11,6 +11,10 @@ namespace sparse_prefill_layout {
 // ---- shapes (SPEC §3) ------------------------------------------------------------------------------
 constexpr int kQkDim = 576;  // elements of a query / latent row (Q K^T depth)
 constexpr int kVDim = 512;   // elements of an output row (the first 512 of a latent row)
+// params kv_layout fp8_ds_mla: one row is a 656-byte record, 512 e4m3 + 4 f32 scales + 64 bf16.
+constexpr int kDsMlaRowBytes = 656;
+constexpr int kDsMlaScaleOffset = 512;  // the 4 f32 scales (dims 128 g .. 128 g + 127)
+constexpr int kDsMlaRopeOffset = 528;   // dims 512..575 as bf16
 
 // ---- the Hopper kernel (sparse_prefill/sm90.cuh) ---------------------------------------------------
 constexpr int kHopperThreads = 384;  // WG0, WG1 consumers; WG2 producer

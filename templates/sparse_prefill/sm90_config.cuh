@@ -19,6 +19,9 @@ namespace sparse_prefill_sm90 {
 
 using sparse_prefill_layout::kQkDim;
 using sparse_prefill_layout::kVDim;
+using sparse_prefill_layout::kDsMlaRowBytes;
+using sparse_prefill_layout::kDsMlaScaleOffset;
+using sparse_prefill_layout::kDsMlaRopeOffset;
 using sparse_prefill_layout::kQkTiles;    // 9 column tiles of 64 16-bit elements (128 bytes per row)
 using sparse_prefill_layout::kTileRows;   // rows of every tile (heads or keys)
 using sparse_prefill_layout::kTileBytes;
@@ -41,20 +44,29 @@ enum : u32 {
 };
 
 template <int NUM_HEADS, bool KV_FP8, int QUANT_GRANULARITY, bool ATTN_SINK, bool EMIT_LSE, int PAGE_SIZE,
-          bool FP8_MATH, bool POW2_SCALES>
+          bool FP8_MATH, bool POW2_SCALES, bool DS_MLA = false>
 struct Config {
   static_assert(NUM_HEADS >= 16 && NUM_HEADS <= 128 && NUM_HEADS % 16 == 0,
                 "sparse_prefill_sm90: NUM_HEADS must be a multiple of 16 in [16, 128]");
   static_assert(PAGE_SIZE >= 1, "sparse_prefill_sm90: PAGE_SIZE must be >= 1");
   static_assert(KV_FP8 || QUANT_GRANULARITY == 0, "sparse_prefill_sm90: QUANT_GRANULARITY must be 0 for a bf16 cache");
-  static_assert(QUANT_GRANULARITY >= 0 && (QUANT_GRANULARITY == 0 || kQkDim % QUANT_GRANULARITY == 0),
-                "sparse_prefill_sm90: QUANT_GRANULARITY must be 0 or divide 576");
+  static_assert(QUANT_GRANULARITY >= 0 && (QUANT_GRANULARITY == 0 || kQkDim % QUANT_GRANULARITY == 0 || DS_MLA),
+                "sparse_prefill_sm90: QUANT_GRANULARITY must be 0 or divide 576 (fp8_ds_mla: 128, over its 512 latents)");
   static_assert(QUANT_GRANULARITY == 0 || QUANT_GRANULARITY >= 16,
                 "sparse_prefill_sm90: QUANT_GRANULARITY must be 0 or >= 16 (a 16-element chunk spans <= 2 scale groups)");
   static_assert(!FP8_MATH || (KV_FP8 && (QUANT_GRANULARITY == 0 || QUANT_GRANULARITY == kQkDim)),
                 "sparse_prefill_sm90: FP8_MATH needs an fp8 cache with unit or per-row scales (QUANT_GRANULARITY 0 or 576)");
 
+  static_assert(!DS_MLA || (KV_FP8 && QUANT_GRANULARITY == 128 && !FP8_MATH),
+                "sparse_prefill_sm90: DS_MLA (fp8_ds_mla records) needs an fp8 cache with QUANT_GRANULARITY 128 and 16-bit math");
+
   static constexpr int kNumHeads = NUM_HEADS;
+  // fp8_ds_mla (params kv_layout): a row is FlashMLA's 656-byte record, 512 e4m3 latents (tiles
+  // 0..7), their 4 f32 scales at byte 512 (one per 128 dims), the rope dims as 64 bf16 at byte 528
+  // (tile 8). Decoded on bf16 tiles (Fp8Producer): the latents as any group-scaled row, the rope
+  // dims moved as they are (times the tiles' 2^-64).
+  static constexpr bool kDsMla = DS_MLA;
+  static constexpr int kRowBytes = DS_MLA ? kDsMlaRowBytes : kQkDim;  // bytes of one fp8 row
   static constexpr bool kFp8 = KV_FP8;
   static constexpr int kQuantGranularity = QUANT_GRANULARITY;
   static constexpr int kScalesPerToken = QUANT_GRANULARITY == 0 ? 0 : kQkDim / QUANT_GRANULARITY;
@@ -69,7 +81,7 @@ struct Config {
   // the bf16 decode; not for 64 (9 per row: +0.7 / -0.8 / +4.7 % at 32K / 8K / 128K, the row
   // scales' registers and shuffles cost what the cheaper decode saves).
   static constexpr bool kF16Group =
-      kPow2Scales && !FP8_MATH && QUANT_GRANULARITY % 64 == 0 && QUANT_GRANULARITY >= 128;
+      kPow2Scales && !FP8_MATH && QUANT_GRANULARITY % 64 == 0 && QUANT_GRANULARITY >= 128 && !DS_MLA;
   // fp8 with unit or per-row scales: the tiles hold f16 (e4m3 -> f16 is one exact cvt per pair, and
   // the f16 wgmma runs at the bf16 rate); Q and P are converted to f16 too (see load_q). Group
   // scales multiply in the tile and keep the bf16 decode with its 2^-64 bias (wider range).

@@ -218,6 +218,7 @@ struct Fp8Scales {
 // high and a low bf16 part (hi + lo = the f32 scale to ~2^-16), so that fma(t, hi, t * lo) rounds
 // the product once instead of rounding the scale first (a systematic error per group).
 constexpr u32 kBf16x2TwoPow56 = 0x5B805B80u;  // bf16 2^56 in both halves
+constexpr u32 kBf16x2TwoPowMinus64 = 0x1F801F80u;  // bf16 2^-64 in both halves
 MJ_DEVICE void split_scale(float sc, u32& hi, u32& lo) {
   const float x = sc * kTwoPow56;
   const u32 h = f32_to_bf16(x);
@@ -303,6 +304,7 @@ struct Fp8Producer {
   const Smem& s;
   const unsigned char* kv;  // cache base + this lane's 16-byte column offset
   const float* scales;      // kv_scales
+  const unsigned char* rec; // kDsMla: the cache base (records hold their scales and rope dims)
   u64 policy;
   int g, c;
   // `c` laundered through an empty asm once per step: per-chunk values derived from the lane (scale
@@ -313,6 +315,10 @@ struct Fp8Producer {
   u32 cur[2][2], nxt[2][2];  // [block of the step][k]: row g + 32 k, kNoRow when invalid
   u32 raw[kWindow][4];
   Scales sc[kWindow];
+  // kDsMla: a rope chunk (tile 8) is 16 bf16 = 32 bytes, two loads: the second 16 bytes of the
+  // chunk of row k. Rope chunks are 5 chunks apart (the right halves' rows), so with a window of 6
+  // at most two are in flight, of rows 0 and 1.
+  u32 rope[C::kDsMla ? 2 : 1][4];
   // kF16Group: lane c owns row g + 32 (c & 1) of block c >> 1 of a step (one row per lane). It loads
   // that row's group scales one step ahead (gsc) and turns them, at the top of the step, into the
   // row's factor 2^R (colsc, 0 for an invalid row) and the f16 multipliers 2^(e_g - R) of its
@@ -373,11 +379,25 @@ struct Fp8Producer {
   MJ_DEVICE void load(const u32 (&rows)[2][2]) {
     constexpr int h = Plan::half_of(J), k = Plan::row_of(J), tile = Plan::tile_of(J), slot = J % kWindow;
     const u32 row = rows[Plan::stage(h)][k];
+    if constexpr (C::kDsMla && tile == kQkTiles - 1) {  // the rope dims: bf16 as they are, no scale
+      if constexpr (Scales::kPerChunk >= 1) sc[slot].v[0] = 0.0f;  // (unused: defined for the pin)
+      if (row != kNoRow) {
+        const unsigned char* r = rec + static_cast<u64>(row) * C::kRowBytes + kDsMlaRopeOffset + 32 * cv;
+        sm90::ldg128_policy<0>(r, policy, raw[slot][0], raw[slot][1], raw[slot][2], raw[slot][3]);
+        sm90::ldg128_policy<16>(r, policy, rope[k & 1][0], rope[k & 1][1], rope[k & 1][2], rope[k & 1][3]);
+      } else {
+        raw[slot][0] = raw[slot][1] = raw[slot][2] = raw[slot][3] = 0u;
+        rope[k & 1][0] = rope[k & 1][1] = rope[k & 1][2] = rope[k & 1][3] = 0u;
+      }
+      return;
+    }
     if (row != kNoRow) {
-      sm90::ldg128_policy<64 * tile>(kv + static_cast<u64>(row) * kQkDim, policy, raw[slot][0], raw[slot][1],
+      sm90::ldg128_policy<64 * tile>(kv + static_cast<u64>(row) * C::kRowBytes, policy, raw[slot][0], raw[slot][1],
                                      raw[slot][2], raw[slot][3]);
       if constexpr (Scales::kPerChunk >= 1) {
-        const float* rs = scales + static_cast<u64>(row) * C::kScalesPerToken;
+        const float* rs = C::kDsMla ? reinterpret_cast<const float*>(rec + static_cast<u64>(row) * C::kRowBytes +
+                                                                     kDsMlaScaleOffset)
+                                    : scales + static_cast<u64>(row) * C::kScalesPerToken;
         const int u = 4 * tile + cv;
         sc[slot].v[0] = sm90::ldg_f32_ordered(rs + (16 * u) / C::kQuantGranularity);
         if constexpr (Scales::kPerChunk == 2)
@@ -420,7 +440,17 @@ struct Fp8Producer {
     if constexpr (Scales::kPerChunk >= 1) asm volatile("" : "+f"(sc[slot].v[0]));
     if constexpr (Scales::kPerChunk == 2) asm volatile("" : "+f"(sc[slot].v[1]));
     u32 out[8];
-    if constexpr (C::kF16) {
+    if constexpr (C::kDsMla && tile == kQkTiles - 1) {
+      // fp8_ds_mla rope dims: bf16 moved as they are, times 2^-64 like every tile of the bf16
+      // decode (exact: a power of two; values below 2^-62 turn subnormal in bf16).
+#pragma unroll
+      for (int w = 0; w < 4; ++w) asm volatile("" : "+r"(rope[k & 1][w]));
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        out[w] = mul_bf16x2(raw[slot][w], kBf16x2TwoPowMinus64);
+        out[4 + w] = mul_bf16x2(rope[k & 1][w], kBf16x2TwoPowMinus64);
+      }
+    } else if constexpr (C::kF16) {
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
         out[2 * w] = e4m3x2_to_f16x2(raw[slot][w], false);
@@ -435,7 +465,9 @@ struct Fp8Producer {
     }
     // Always scaled (by 2^56 at least): the bit-moved value K * 2^-120 would put P V products in
     // the f32 subnormal range, where the tensor cores may flush them.
-    if constexpr (C::kF16Group) {
+    if constexpr (C::kDsMla && tile == kQkTiles - 1) {
+      // scaled above
+    } else if constexpr (C::kF16Group) {
       // The row's multiplier for this chunk's group (tile), from its owner lane: exact products.
       constexpr int grp = (64 * tile) / C::kQuantGranularity;
       const u32 pair = __shfl_sync(0xFFFFFFFFu, mulw[grp / 2], (static_cast<int>(threadIdx.x) & 28) | (2 * st + k));
@@ -681,6 +713,7 @@ MJ_DEVICE void produce_fp8(const SparsePrefillArgs& a, const Smem& s, i64 token,
   p.g = t >> 2;
   p.c = t & 3;
   p.kv = static_cast<const unsigned char*>(a.kv_blocks) + p.c * 16;
+  p.rec = static_cast<const unsigned char*>(a.kv_blocks);
   p.scales = a.kv_scales;
   p.policy = sm90::l2_policy_evict_last();
   p.sw = static_cast<u32>(p.g) & 7u;

@@ -53,6 +53,7 @@ struct Case {
   QkMath qk_math = QkMath::bf16;
   ScaleFmt scale_fmt = ScaleFmt::fp32;
   int ue8m0_exp_lo = -3, ue8m0_exp_hi = 3;  // ue8m0 data: group magnitudes 2^lo .. 2^hi
+  KvLayout kv_layout = KvLayout::split;
 };
 
 // A case of an fp8 cache whose scales are powers of two (params scale_fmt ue8m0, as kv_cache_store
@@ -84,6 +85,18 @@ Case fp8_math_case(const char* name, int heads, int64_t tokens, int64_t stride, 
   return c;
 }
 
+// A case of fp8_ds_mla records (FlashMLA's 656-byte layout: 4 groups of 128 e4m3 with f32 scales,
+// the rope dims as bf16): power-of-two scales (ue8m0, what FlashMLA's quantizer writes; exact on
+// the Hopper kernel's bf16 tiles) or any f32 scales (rounded once per product: the group-scale bound).
+Case ds_mla_case(const char* name, int heads, int64_t tokens, int64_t stride, int page, bool sink, bool ue8m0,
+                 bool lse = true) {
+  Case c{name, DType::fp8_e4m3, heads, tokens, stride, page, 128, sink, lse};
+  c.scale_fmt = ue8m0 ? ScaleFmt::ue8m0 : ScaleFmt::fp32;
+  c.lse_tol = ue8m0 ? 1e-4 : 1e-2;
+  c.kv_layout = KvLayout::fp8_ds_mla;
+  return c;
+}
+
 SparsePrefillParams params_of(const Case& c) {
   SparsePrefillParams p;
   p.kv_dtype = c.kv;
@@ -94,6 +107,7 @@ SparsePrefillParams params_of(const Case& c) {
   p.emit_lse = c.lse;
   p.qk_math = c.qk_math;
   p.scale_fmt = c.scale_fmt;
+  p.kv_layout = c.kv_layout;
   return p;
 }
 
@@ -155,7 +169,8 @@ Outputs run_on_device(const ref::SparsePrefillProblem& pb, DeviceProblem& d, Pat
   d.out.fill_bytes(0xFF);  // bf16 0xFFFF and f32 0xFFFFFFFF are NaN: unwritten slots show
   d.lse.fill_bytes(0xFF);
   ops::PagedCacheView kv;
-  kv.blocks = TensorView(d.blocks_ptr(), p.kv_dtype, {pb.num_blocks, 1, pb.num_layers, p.page_size, 1, 576});
+  kv.blocks = TensorView(d.blocks_ptr(), p.kv_dtype,
+                         {pb.num_blocks, 1, pb.num_layers, p.page_size, 1, p.kv_layout == KvLayout::fp8_ds_mla ? 656 : 576});
   if (!pb.scales.empty())
     kv.scales = TensorView(d.scales.get(), DType::f32,
                            {pb.num_blocks, 1, pb.num_layers, p.page_size, 1, p.scales_per_token()});
@@ -788,6 +803,40 @@ TEST_SUITE("sparse_prefill") {
     };
     uint64_t seed = 950;
     for (const SplitCase& sc : cases) check_split_case(sc, seed++);
+  }
+
+  TEST_CASE("sparse_prefill fp8_ds_mla records (FlashMLA's layout) against the f64 reference") {
+    // Random, ragged, multi-layer, shuffled-page records with poisoned outputs (run_case), power-of-
+    // two and arbitrary f32 scales, 16..128 heads, with and without sink / lse; then decode shapes
+    // through the split (one token over 2048 keys in 16 parts, 8 tokens in 8 parts).
+    const Case cases[] = {
+        ds_mla_case("ds_mla ue8m0 h128 s5 topk512 p64 sink", 128, 5, 512, 64, true, true),
+        ds_mla_case("ds_mla ue8m0 h64 s7 topk256 p16", 64, 7, 256, 16, false, true),
+        ds_mla_case("ds_mla fp32 h128 s4 topk384 p64 sink", 128, 4, 384, 64, true, false),
+        ds_mla_case("ds_mla ue8m0 h16 s6 topk192 p128 nolse", 16, 6, 192, 128, false, true, false),
+        ds_mla_case("ds_mla ue8m0 h80 s3 topk256 p1 sink", 80, 3, 256, 1, true, true),
+    };
+    const std::string arch = Runtime::global().arch();
+    if (arch != "sm_90a") {
+      // Off sm_90a the records have no kernel: the op refuses them before compiling anything.
+      const auto pb = problem_of(cases[0], 170);
+      DeviceProblem d(pb);
+      const unsigned long compiles = Compiler::compile_count();
+      const std::string error = launch_error(pb, d, Path::automatic);
+      INFO("error: ", error);
+      CHECK(error.find("fp8_ds_mla") != std::string::npos);
+      CHECK(Compiler::compile_count() == compiles);
+      MESSAGE("SKIPPED the fp8_ds_mla runs (the Hopper kernel reads the records; this device is ", arch,
+              "): checked only that the op refuses them before compiling anything");
+      return;
+    }
+    uint64_t seed = 170;
+    for (const Case& c : cases) run_case(c, seed++);
+    const SplitCase split_cases[] = {
+        {ds_mla_case("ds_mla ue8m0 h128 s1 topk2048 p64 sink (decode)", 128, 1, 2048, 64, true, true), 0, 0},
+        {ds_mla_case("ds_mla ue8m0 h64 s8 topk2048 p64 (decode)", 64, 8, 2048, 64, false, true), 0, 0},
+    };
+    for (const SplitCase& sc : split_cases) check_split_case(sc, seed++);
   }
 
   TEST_CASE("sparse_prefill fp8 split (decode plan and tail): parts merged at SPEC precision") {

@@ -90,6 +90,7 @@ struct FieldVariant {
   void operator()(const char* name, IndexEmit& v) { set<IndexEmit>(name, v, {IndexEmit::logical, IndexEmit::physical}); }
   void operator()(const char* name, QkMath& v) { set<QkMath>(name, v, {QkMath::bf16, QkMath::fp8}); }
   void operator()(const char* name, KvStaging& v) { set<KvStaging>(name, v, {KvStaging::none, KvStaging::bf16}); }
+  void operator()(const char* name, KvLayout& v) { set<KvLayout>(name, v, {KvLayout::split, KvLayout::fp8_ds_mla}); }
 };
 
 int field_count(OpParams p) {

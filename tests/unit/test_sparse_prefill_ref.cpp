@@ -285,11 +285,12 @@ TEST_CASE("sparse_prefill codegen: deterministic source with the planned entries
       CHECK(a.code.find(fmt::format("kSmemBytes == {}", plan.smem_bytes)) != std::string::npos);
       CHECK(a.min_arch == "sm_80");
       if (sparse_prefill::sm90_supported(p)) {
-        // The persistent kernel (bf16 cache) adds the tail split's combine entry.
-        const bool persistent = sparse_prefill::sm90_plan(p).persistent;
-        REQUIRE(a.entries.size() == (persistent ? 3u : 2u));
+        // The splitting kernels (16-bit math: the persistent one and the fp8 ones) add the split's
+        // combine entry.
+        const bool splits = sparse_prefill::split_kernel(p);
+        REQUIRE(a.entries.size() == (splits ? 3u : 2u));
         CHECK(a.entries[sparse_prefill::kEntrySm90].symbol == sparse_prefill::kSymbolSm90);
-        if (persistent) CHECK(a.entries[sparse_prefill::kEntrySm90Combine].symbol == sparse_prefill::kSymbolSm90Combine);
+        if (splits) CHECK(a.entries[sparse_prefill::kEntrySm90Combine].symbol == sparse_prefill::kSymbolSm90Combine);
       } else {
         CHECK(a.entries.size() == 1);
       }
@@ -604,17 +605,20 @@ TEST_CASE("sparse_prefill tail split: the last round's items in parts that fill 
   CHECK(sp.first == 8184);
   CHECK(sp.parts == 8);
   CHECK(sp.units == 8184 + 64);
-  // Fewer items than CTAs: every item is split, the parts run side by side; parts are powers of two
-  // (132 / 20 = 6 -> 4).
+  // Fewer items than CTAs (decode): every item is split, the parts run side by side, one step each
+  // at least; parts are powers of two (132 / 20 = 6 -> 4).
   sp = tail_split(20, 132, 256, 2048);
   CHECK(sp.first == 0);
   CHECK(sp.parts == 4);
   CHECK(sp.units == 80);
-  CHECK(tail_split(9, 132, 256, 2048).parts == 8);   // 14 -> 8 (and the step limit 8)
+  CHECK(tail_split(9, 132, 256, 2048).parts == 8);   // 14 -> 8
+  CHECK(tail_split(2, 132, 256, 2048).parts == 16);  // 66, the 16 one-step parts of top-2048
+  CHECK(tail_split(1, 132, 256, 256).parts == 2);    // 2 steps: two one-step parts
   CHECK(tail_split(8192, 132, 256, 2048, 6).parts == 4);
   // Limits: the slots, the steps of a full-length item, the caller's cap.
   CHECK(tail_split(20, 132, 40, 2048).parts == 2);
-  CHECK(tail_split(20, 132, 256, 512).parts == 2);   // 4 steps: 2 parts of 2
+  CHECK(tail_split(20, 132, 256, 512).parts == 4);   // 4 steps: 4 parts of 1 (decode)
+  CHECK(tail_split(140, 132, 256, 512).parts == 2);  // 8 left after a full round: 2 parts of 2
   CHECK(tail_split(8192, 132, 256, 2048, 4).parts == 4);
   // An explicit cap replaces the two-step rule (the benchmark's sweep): one step per part at least.
   CHECK(tail_split(8192, 132, 256, 2048, 16).parts == 16);
@@ -622,7 +626,7 @@ TEST_CASE("sparse_prefill tail split: the last round's items in parts that fill 
   CHECK(tail_split(20, 132, 256, 256, 4).parts == 2);       // 2 steps: 2 one-step parts
   // No split: a full last round, a last round too full to gain, too few slots or steps, no slots.
   for (const auto& s : {tail_split(8184, 132, 256, 2048), tail_split(8192 + 60, 132, 256, 2048),
-                        tail_split(20, 132, 39, 2048), tail_split(20, 132, 256, 256), tail_split(20, 132, 0, 2048),
+                        tail_split(20, 132, 39, 2048), tail_split(140, 132, 256, 256), tail_split(20, 132, 0, 2048),
                         tail_split(8192, 132, 256, 2048, 1), tail_split(0, 132, 256, 2048)}) {
     CHECK(s.parts == 1);
     CHECK(s.first == s.units);

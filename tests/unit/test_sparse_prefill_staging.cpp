@@ -100,10 +100,10 @@ TEST_CASE("sparse_prefill kv_staging: the attention kernel is the bf16-cache one
         CHECK(generate_sparse_prefill_mode(spec, path).entries.size() == 6);
     }
   }
-  // Without staging: the fused fp8 kernel, one item per CTA, no combine entry.
+  // Without staging: the fused fp8 kernel, one item per CTA, with its split's combine entry.
   SparsePrefillParams plain = staged();
   plain.kv_staging = KvStaging::none;
-  CHECK(generate(KernelSpec{plain}).entries.size() == 2);
+  CHECK(generate(KernelSpec{plain}).entries.size() == 3);
 }
 
 TEST_CASE("sparse_prefill kv_staging: the workspace contract (no GPU needed)") {
@@ -121,9 +121,9 @@ TEST_CASE("sparse_prefill kv_staging: the workspace contract (no GPU needed)") {
   odd.page_size = 4;
   CHECK(sparse_prefill::staged_bytes(odd, 5) == 20 * 1152 + 16);
   CHECK(sparse_prefill::workspace_bytes(odd, 5) == (20 * 1152 + 16 + 255) / 256 * 256 + kSlots);
-  SparsePrefillParams none = p;  // the fused fp8 kernel: no workspace at all
+  SparsePrefillParams none = p;  // the fused fp8 kernel: the partial slots of its split alone
   none.kv_staging = KvStaging::none;
-  CHECK(ops::sparse_prefill_workspace_bytes(none, NB) == 0);
+  CHECK(ops::sparse_prefill_workspace_bytes(none, NB) == kSlots);
   SparsePrefillParams bf16 = none;  // the persistent kernel without staging: the slots alone
   bf16.kv_dtype = DType::bf16;
   bf16.quantization_granularity = 0;
@@ -182,15 +182,21 @@ TEST_CASE("sparse_prefill kv_staging: the workspace contract (no GPU needed)") {
   CHECK(e.find("workspace size") != std::string::npos);
   e = staged_error(ws_of(need + 16, 4));
   CHECK(e.find("workspace address") != std::string::npos);
-  // Without staging (the fused fp8 kernel) the workspace is not looked at, not even a misaligned one.
+  // Without staging (the fused fp8 kernel) the workspace holds the split's partial slots alone, from
+  // its start; a misaligned one is refused, a small one holds none (the kernel runs unsplit).
   SparsePrefillArgs b = sparse_prefill::make_args(none, q, kv, idx, len, 1, 0.05f, TensorView(), out, lse);
   const SparsePrefillArgs before = b;
   sparse_prefill::make_stage_args(none, kv, TensorView(), b);
   CHECK(b.kv_blocks == before.kv_blocks);
   CHECK(b.row_stride == before.row_stride);
-  sparse_prefill::bind_partials(none, kv, ws_of(64, 4), b);
+  CHECK(invalid_message([&] { sparse_prefill::bind_partials(none, kv, ws_of(64, 4), b); }).find("workspace") !=
+        std::string::npos);
+  sparse_prefill::bind_partials(none, kv, ws_of(48), b);
   CHECK(b.partials == nullptr);
   CHECK(b.partial_slots == 0);
+  sparse_prefill::bind_partials(none, kv, ws_of(2 * 64 * 514 * 4), b);
+  CHECK(reinterpret_cast<unsigned char*>(b.partials) == fake);
+  CHECK(b.partial_slots == 2);
   // The staged spec: the partial slots start at the 256-byte boundary after the staged part; a
   // workspace of the staged part alone holds none (the kernel runs unsplit), a full one 256.
   SparsePrefillArgs c = sparse_prefill::make_args(p, q, kv, idx, len, 1, 0.05f, TensorView(), out, lse);

@@ -132,7 +132,9 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
   p.emit_lse = a.emit_lse;
   p.qk_math = a.qk_math;
   p.kv_staging = a.kv_staging;
+  p.kv_layout = a.kv_layout;
   p.validate();
+  const bool ds_mla = p.kv_layout == KvLayout::fp8_ds_mla;
   const sparse_prefill::Path requested = sparse_prefill::parse_path(a.path, "path");
   const sparse_prefill::StageRows stage_rows = sparse_prefill::parse_stage_rows(a.stage_rows, "stage_rows");
   MLAJIT_EXPECT(stage_rows == sparse_prefill::StageRows::automatic || p.kv_staging == KvStaging::bf16, "stage_rows",
@@ -169,8 +171,34 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
   driver::DeviceBuffer q(static_cast<size_t>(T * H * 576 * 2));
   autotune::data::fill_random(q, DType::bf16, rng);
   const size_t rows = static_cast<size_t>(num_blocks * layers * p.page_size);
-  driver::DeviceBuffer blocks(rows * 576 * dtype_size(p.kv_dtype));
-  autotune::data::fill_random(blocks, p.kv_dtype, rng);
+  driver::DeviceBuffer blocks(rows * static_cast<size_t>(p.row_bytes()));
+  if (ds_mla) {
+    // Records: random e4m3 latents (no NaN codes), scales 1/2 or 1 (powers of two; any positive f32
+    // without ue8m0), rope dims from a table of 4096 random bf16 rows.
+    std::vector<uint8_t> recs(rows * 656);
+    std::vector<uint16_t> rope(4096 * 64);
+    for (auto& v : rope) v = ref::float_to_bf16(rng.uniform(-2.f, 2.f));
+    for (size_t r = 0; r < rows; ++r) {
+      uint8_t* rec = recs.data() + r * 656;
+      for (int d = 0; d < 512; d += 4) {
+        uint32_t w = rng.below(0xFFFFFFFFu);
+        for (int b = 0; b < 4; ++b) {
+          uint8_t x = static_cast<uint8_t>(w >> (8 * b));
+          if ((x & 0x7F) == 0x7F) x ^= 1;
+          rec[d + b] = x;
+        }
+      }
+      for (int g = 0; g < 4; ++g) {
+        float sc_g = rng.uniform(0.25f, 1.0f);
+        if (p.scale_fmt == ScaleFmt::ue8m0) sc_g = ref::ue8m0_round_up(sc_g);
+        std::memcpy(rec + 512 + 4 * g, &sc_g, 4);
+      }
+      std::memcpy(rec + 528, rope.data() + (r % 4096) * 64, 128);
+    }
+    blocks.upload(recs.data(), recs.size());
+  } else {
+    autotune::data::fill_random(blocks, p.kv_dtype, rng);
+  }
   driver::DeviceBuffer scales;
   const int spt = p.kv_dtype == DType::fp8_e4m3 ? p.scales_per_token() : 0;
   std::vector<float> sc;
@@ -211,7 +239,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
   driver::DeviceBuffer lse(static_cast<size_t>(T * H * 4));
 
   ops::PagedCacheView kv;
-  kv.blocks = TensorView(blocks.get(), p.kv_dtype, {num_blocks, 1, layers, p.page_size, 1, 576});
+  kv.blocks = TensorView(blocks.get(), p.kv_dtype, {num_blocks, 1, layers, p.page_size, 1, ds_mla ? 656 : 576});
   if (spt > 0) kv.scales = TensorView(scales.get(), DType::f32, {num_blocks, 1, layers, p.page_size, 1, spt});
   SparsePrefillArgs args = sparse_prefill::make_args(
       p, TensorView(q.get(), DType::bf16, {T, H, 576}), kv, TensorView(indices.get(), DType::u32, {T, stride}),
@@ -252,6 +280,10 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
         done[e] = 1;
         const size_t r = static_cast<size_t>(e / p.page_size) * layers * p.page_size +
                          static_cast<size_t>(read_layer) * p.page_size + e % p.page_size;
+        if (ds_mla) {
+          std::memcpy(rec.data() + static_cast<size_t>(e) * 656, all.data() + r * 656, 656);
+          continue;
+        }
         const uint8_t* raw = all.data() + r * 576 * es;
         for (int d = 0; d < 576; ++d) {
           if (p.kv_dtype == DType::bf16) {
@@ -286,17 +318,24 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
     a_ws = driver::DeviceBuffer(std::max<size_t>(wsb, 16));
   } else if (with_anchor) {
     const size_t es = dtype_size(p.kv_dtype);
-    const size_t page_bytes = static_cast<size_t>(p.page_size) * 576 * es;
+    const size_t row_bytes = static_cast<size_t>(p.row_bytes());
+    const size_t page_bytes = static_cast<size_t>(p.page_size) * row_bytes;
     std::vector<uint8_t> page(page_bytes);
     std::vector<uint16_t> kv_h(static_cast<size_t>(a.keys) * 576);
     for (int64_t pg = 0; pg < pages; ++pg) {
       const size_t row0 = static_cast<size_t>(lut[pg]) * layers * p.page_size + static_cast<size_t>(read_layer) * p.page_size;
-      blocks.download(page.data(), page_bytes, row0 * 576 * es);
+      blocks.download(page.data(), page_bytes, row0 * row_bytes);
       for (int r = 0; r < p.page_size; ++r) {
         const int64_t pos = pg * p.page_size + r;
         if (pos >= a.keys) break;
         uint16_t* dst = kv_h.data() + pos * 576;
-        if (p.kv_dtype == DType::bf16) {
+        if (ds_mla) {
+          const uint8_t* rec = page.data() + static_cast<size_t>(r) * 656;
+          float sc4[4];
+          std::memcpy(sc4, rec + 512, 16);
+          for (int e = 0; e < 512; ++e) dst[e] = ref::float_to_bf16(ref::e4m3_to_float(rec[e]) * sc4[e / 128]);
+          std::memcpy(dst + 512, rec + 528, 128);
+        } else if (p.kv_dtype == DType::bf16) {
           std::memcpy(dst, page.data() + static_cast<size_t>(r) * 1152, 1152);
         } else {
           for (int e = 0; e < 576; ++e) {

@@ -57,7 +57,7 @@ std::string sm90_part(const SparsePrefillParams& p, const sparse_prefill::Sm90Pl
       "#include \"sparse_prefill/sm90.cuh\"\n"
       "using SparsePrefillSm90 = mj::sparse_prefill_sm90::Config</*num_heads*/ {}, /*kv_fp8*/ {},\n"
       "    /*quant_granularity*/ {}, /*attn_sink*/ {}, /*emit_lse*/ {}, /*page_size*/ {},\n"
-      "    /*fp8_math*/ {}, /*pow2_scales*/ {}>;\n"
+      "    /*fp8_math*/ {}, /*pow2_scales*/ {}{}>;\n"
       "static_assert(SparsePrefillSm90::kSmemBytes == {} && SparsePrefillSm90::kThreads == {} &&\n"
       "              SparsePrefillSm90::kCtasPerToken == {} && SparsePrefillSm90::kPersistent == {},\n"
       "              \"host plan and device layout disagree\");\n"
@@ -66,7 +66,8 @@ std::string sm90_part(const SparsePrefillParams& p, const sparse_prefill::Sm90Pl
       "}}\n",
       plan.head_tiles, plan.threads, plan.smem_bytes, p.num_q_heads, cpp_bool(fp8), fp8 ? p.quantization_granularity : 0,
       cpp_bool(p.attn_sink), cpp_bool(p.emit_lse), p.page_size, cpp_bool(p.qk_math == QkMath::fp8),
-      cpp_bool(fp8 && p.scale_fmt == ScaleFmt::ue8m0), plan.smem_bytes, plan.threads, plan.head_tiles,
+      cpp_bool(fp8 && p.scale_fmt == ScaleFmt::ue8m0),
+      p.kv_layout == KvLayout::fp8_ds_mla ? ", /*ds_mla*/ true" : "", plan.smem_bytes, plan.threads, plan.head_tiles,
       cpp_bool(plan.persistent), plan.threads, sparse_prefill::kSymbolSm90);
 }
 
@@ -152,6 +153,36 @@ KernelSource fp8_math_source(const KernelSpec& spec, const SparsePrefillParams& 
   return src;
 }
 
+// kv_layout fp8_ds_mla: the Hopper kernel (with its split's combine) alone; entry 0 stays a guard so
+// that the entry indices do not depend on the spec.
+KernelSource hopper_only_source(const KernelSpec& spec, const SparsePrefillParams& p, sparse_prefill::Path mode) {
+  KernelSource src;
+  src.spec = spec;
+  src.name = spec.name();
+  if (mode != sparse_prefill::Path::automatic) src.name += std::string("_") + sparse_prefill::path_name(mode);
+  src.min_arch = "sm_90a";
+  src.min_arch_why = "kv_layout fp8_ds_mla: the records are read by the Hopper kernel only";
+  const auto plan = sparse_prefill::sm90_plan(p);
+  std::string code = source_header(spec);
+  code += fmt::format(
+      "// sparse_prefill: q bf16 [T, {}, 576], latent cache of fp8_ds_mla records (page {}: 512 e4m3, 4 f32 scales, "
+      "64 bf16 rope dims per row), out bf16 [T, {}, 512]{}{}\n"
+      "// Kernel compiled in this module: the Hopper one (fp8_ds_mla has no portable kernel).\n",
+      p.num_q_heads, p.page_size, p.num_q_heads, p.emit_lse ? ", lse f32 [T, H]" : "", p.attn_sink ? ", attention sink" : "");
+  code += "#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
+          "#error \"kv_layout fp8_ds_mla: the sparse_prefill kernel that reads it needs sm_90a\"\n"
+          "#endif\n";
+  code += sm90_part(p, plan);
+  code += guard_entry(sparse_prefill::kSymbolPortable, plan.threads, false);
+  code += combine_part();
+  src.entries.push_back({sparse_prefill::kSymbolPortable, static_cast<unsigned>(plan.threads), 0u});
+  src.entries.push_back(
+      {sparse_prefill::kSymbolSm90, static_cast<unsigned>(plan.threads), static_cast<unsigned>(plan.smem_bytes)});
+  src.entries.push_back({sparse_prefill::kSymbolSm90Combine, static_cast<unsigned>(sparse_prefill::kCombineThreads), 0u});
+  src.code = std::move(code);
+  return src;
+}
+
 }  // namespace
 
 KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill::Path mode) {
@@ -169,8 +200,10 @@ KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill
   if (!sparse_prefill::portable_supported(p)) {
     if (mode == sparse_prefill::Path::portable)
       throw_invalid("sparse_prefill path portable: params", spec.name(),
-                    "qk_math bf16 (qk_math fp8 runs on the Hopper kernel only; the portable kernel has no FP8 math)");
-    return fp8_math_source(spec, p, mode);
+                    p.qk_math == QkMath::fp8
+                        ? "qk_math bf16 (qk_math fp8 runs on the Hopper kernel only; the portable kernel has no FP8 math)"
+                        : "kv_layout split (fp8_ds_mla records are read by the Hopper kernel only)");
+    return p.qk_math == QkMath::fp8 ? fp8_math_source(spec, p, mode) : hopper_only_source(spec, p, mode);
   }
 
   KernelSource src;

@@ -80,7 +80,9 @@ SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, c
   expect_nonnull(q, "q");
   expect_aligned(q, 16, "q");
 
-  // The latent cache: blocks [num_blocks, 1, num_layers, page_size, 1, 576] of kv_dtype.
+  // The latent cache: blocks [num_blocks, 1, num_layers, page_size, 1, 576] of kv_dtype, or with
+  // kv_layout fp8_ds_mla [..., 1, 656] fp8_e4m3 bytes (one 656-byte record per row).
+  const bool ds_mla = p.kv_layout == KvLayout::fp8_ds_mla;
   const TensorView& blocks = kv.blocks;
   expect_dtype(blocks, p.kv_dtype, "kv.blocks");
   expect_ndim(blocks, 6, "kv.blocks");
@@ -91,13 +93,15 @@ SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, c
   MLAJIT_EXPECT(num_layers >= 1, "kv.blocks dim 2 (num_layers)", num_layers, "at least 1 layer");
   expect_dim(blocks, 3, p.page_size, "kv.blocks");
   expect_dim(blocks, 4, 1, "kv.blocks");  // one latent head
-  expect_dim(blocks, 5, kQkDepth, "kv.blocks");
+  expect_dim(blocks, 5, ds_mla ? 656 : kQkDepth, "kv.blocks");
   expect_contiguous(blocks, "kv.blocks");
   expect_nonnull(blocks, "kv.blocks");
   expect_aligned(blocks, 16, "kv.blocks");
 
   const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
-  if (fp8 && p.quantization_granularity > 0) {
+  if (ds_mla) {
+    expect_absent(kv.scales, "kv.scales", "kv_layout fp8_ds_mla records hold their scales");
+  } else if (fp8 && p.quantization_granularity > 0) {
     expect_tensor(kv.scales, DType::f32, {num_blocks, 1, num_layers, p.page_size, 1, p.scales_per_token()},
                   "kv.scales");
     expect_aligned(kv.scales, 4, "kv.scales");
@@ -150,7 +154,7 @@ SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, c
   SparsePrefillArgs a{};
   a.q = q.data;
   a.kv_blocks = blocks.data;
-  a.kv_scales = fp8 && p.quantization_granularity > 0 ? static_cast<const float*>(kv.scales.data) : nullptr;
+  a.kv_scales = fp8 && p.quantization_granularity > 0 && !ds_mla ? static_cast<const float*>(kv.scales.data) : nullptr;
   a.indices = static_cast<const unsigned*>(indices.data);
   a.topk_lengths = static_cast<const unsigned*>(topk_lengths.data);
   a.attn_sink = p.attn_sink ? static_cast<const float*>(attn_sink.data) : nullptr;
@@ -251,8 +255,10 @@ void bind_partials(const SparsePrefillParams& p, const ops::PagedCacheView& kv, 
   const size_t have = static_cast<size_t>(workspace.numel()) * dtype_size(workspace.dtype);
   const size_t offset = partials_offset(p, kv.blocks.shape[0]);  // make_args checked the view
   if (have <= offset) return;
+  const auto slots = std::min<long long>(kMaxSplitSlots, static_cast<long long>((have - offset) / kPartialSlotBytes));
+  if (slots == 0) return;
   args.partials = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace.data) + offset);
-  args.partial_slots = std::min<long long>(kMaxSplitSlots, static_cast<long long>((have - offset) / kPartialSlotBytes));
+  args.partial_slots = slots;
 }
 
 TailSplit tail_split(int64_t items, int64_t grid, int64_t slots, int64_t indices_stride, int max_parts) {
@@ -320,14 +326,24 @@ bool path_available(const SparsePrefillParams& p, const std::string& arch, Path 
 
 Path resolve_path(const SparsePrefillParams& p, const std::string& arch, Path requested) {
   if (!portable_supported(p)) {
-    // qk_math fp8 has one kernel, the Hopper one: anything else is refused here, before a compile
-    // or a cache lookup, naming what it needs.
-    if (requested == Path::portable)
-      throw_invalid("sparse_prefill path portable: params.qk_math", "fp8",
-                    "bf16 (the portable kernel has no FP8 math; qk_math fp8 runs on the Hopper kernel only)");
-    if (requested == Path::automatic && !path_available(p, arch, Path::sm90))
-      throw_invalid("sparse_prefill with qk_math fp8: device arch", arch,
-                    "sm_90a (FP8 tensor-core math runs on the Hopper kernel only; use qk_math bf16 on this device)");
+    // qk_math fp8 and kv_layout fp8_ds_mla have one kernel, the Hopper one: anything else is
+    // refused here, before a compile or a cache lookup, naming what it needs.
+    if (p.qk_math == QkMath::fp8) {
+      if (requested == Path::portable)
+        throw_invalid("sparse_prefill path portable: params.qk_math", "fp8",
+                      "bf16 (the portable kernel has no FP8 math; qk_math fp8 runs on the Hopper kernel only)");
+      if (requested == Path::automatic && !path_available(p, arch, Path::sm90))
+        throw_invalid("sparse_prefill with qk_math fp8: device arch", arch,
+                      "sm_90a (FP8 tensor-core math runs on the Hopper kernel only; use qk_math bf16 on this device)");
+    } else {
+      if (requested == Path::portable)
+        throw_invalid("sparse_prefill path portable: params.kv_layout", "fp8_ds_mla",
+                      "split (fp8_ds_mla records are read by the Hopper kernel only)");
+      if (requested == Path::automatic && !path_available(p, arch, Path::sm90))
+        throw_invalid("sparse_prefill with kv_layout fp8_ds_mla: device arch", arch,
+                      "sm_90a (fp8_ds_mla records are read by the Hopper kernel only; gather them to a split cache "
+                      "with kv_cache_gather on this device)");
+    }
   }
   switch (requested) {
     case Path::automatic:

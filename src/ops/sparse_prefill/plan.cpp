@@ -32,7 +32,9 @@ bool sm90_supported(const SparsePrefillParams& spec_params) {
   return p.kv_dtype != DType::fp8_e4m3 || p.quantization_granularity == 0 || p.quantization_granularity >= 16;
 }
 
-bool portable_supported(const SparsePrefillParams& p) { return p.qk_math != QkMath::fp8; }
+bool portable_supported(const SparsePrefillParams& p) {
+  return p.qk_math != QkMath::fp8 && p.kv_layout != KvLayout::fp8_ds_mla;
+}
 
 bool persistent_kernel(const SparsePrefillParams& p) { return sm90_supported(p) && sm90_plan(p).persistent; }
 
@@ -57,6 +59,7 @@ bool split_kernel(const SparsePrefillParams& p) { return sm90_supported(p) && p.
 bool sm90_preferred(const SparsePrefillParams& spec_params) {
   // kv_staging bf16: the bf16 kernel reads the staged copy (its rounding is the staging's).
   const SparsePrefillParams p = attention_params(spec_params);
+  if (!portable_supported(p)) return true;  // its only kernel
   const bool group_scales =
       p.kv_dtype == DType::fp8_e4m3 && p.quantization_granularity > 0 && p.quantization_granularity < 576;
   return !group_scales || p.scale_fmt == ScaleFmt::ue8m0;

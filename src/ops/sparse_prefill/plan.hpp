@@ -80,7 +80,8 @@ struct Sm90Plan {
 };
 bool sm90_supported(const SparsePrefillParams& p);
 // Whether the portable kernel computes p: every spec except qk_math fp8, whose FP8 tensor-core math
-// exists only in the Hopper kernel (FP8 wgmma is sm_90a-only).
+// exists only in the Hopper kernel (FP8 wgmma is sm_90a-only), and kv_layout fp8_ds_mla, whose
+// records only the Hopper kernel's producer decodes.
 bool portable_supported(const SparsePrefillParams& p);
 // Whether p's Hopper kernel is the persistent one (Sm90Plan::persistent: a bf16 cache, or
 // kv_staging bf16): the kernel with the tail split, whose module holds the combine entry.
