@@ -26,6 +26,11 @@ enum class QkMath { bf16, fp8 };
 // in the caller's workspace (sparse_prefill_workspace_bytes) and the bf16 kernel reads that copy:
 // faster, and each element q * scale is rounded once to bf16 (exact for unit and ue8m0 scales).
 enum class KvStaging { none, bf16 };
+// sparse_prefill's latent cache layout. split: blocks of 576 kv_dtype elements per row, the fp8
+// scales (if any) in a tensor of their own. fp8_ds_mla: FlashMLA's record (what vLLM and SGLang
+// store for DeepSeek-V3.2): 656 bytes per row = 512 e4m3 (four 128-element groups) + 4 f32 scales
+// + 64 bf16 (the rope dims, not quantized); kv_dtype fp8_e4m3, quantization_granularity 128.
+enum class KvLayout { split, fp8_ds_mla };
 
 // SPEC §1. The paged KV cache layout:
 //   blocks [num_blocks, kv_dim, num_layers, page_size, num_heads, head_size] of dtype
@@ -162,6 +167,7 @@ struct SparsePrefillParams {
   DType output_dtype = DType::bf16; // bf16
   QkMath qk_math = QkMath::bf16;    // fp8: opt-in FP8 tensor-core math (fp8 cache, quantization_granularity 0 | 576)
   KvStaging kv_staging = KvStaging::none;  // bf16: stage the selected fp8 rows as bf16 first (kv_dtype fp8_e4m3, qk_math bf16)
+  KvLayout kv_layout = KvLayout::split;    // fp8_ds_mla: FlashMLA's 656-byte records (kv_dtype fp8_e4m3, granularity 128)
   // No tuning knobs: the launch plan picks the kernel and its geometry from these params and the device.
   // Every field in JSON order: `v("name", field)` per field. One list drives JSON, hashing,
   // equality and knob access (src/core/params.cpp), so a new field is declared once.
@@ -181,11 +187,16 @@ struct SparsePrefillParams {
     v("output_dtype", p.output_dtype);
     v("qk_math", p.qk_math);
     v("kv_staging", p.kv_staging);
+    v("kv_layout", p.kv_layout);
   }
   void validate() const;
+  // Scales of a row in the `scales` tensor (split layout); fp8_ds_mla rows hold theirs in the record.
   int scales_per_token() const {
+    if (kv_layout == KvLayout::fp8_ds_mla) return 0;
     return quantization_granularity > 0 ? (qk_depth + quantization_granularity - 1) / quantization_granularity : 0;
   }
+  // Bytes of one latent cache row: 576 elements of kv_dtype, or a 656-byte fp8_ds_mla record.
+  int row_bytes() const;
 };
 
 // The op list: one line per op, (JSON name, params struct). The Op enum, the OpParams variant and
