@@ -35,7 +35,8 @@ typedef enum mlajit_dtype {
   MLAJIT_BF16 = 2,
   MLAJIT_FP8_E4M3 = 3,
   MLAJIT_U32 = 4,
-  MLAJIT_I32 = 5
+  MLAJIT_I32 = 5,
+  MLAJIT_U8 = 6 /* raw bytes: the records of a layout "fp8_ds_mla" cache */
 } mlajit_dtype;
 
 #define MLAJIT_MAX_DIMS 6

@@ -72,7 +72,7 @@ mlajit_status guarded_on(mlajit_op op, F&& f) {
 }
 
 mlajit::DType dtype_of(int32_t d, const char* what) {
-  if (d < MLAJIT_F32 || d > MLAJIT_I32) mlajit::throw_invalid(std::string(what) + ".dtype", d, "an mlajit_dtype (0..5)");
+  if (d < MLAJIT_F32 || d > MLAJIT_U8) mlajit::throw_invalid(std::string(what) + ".dtype", d, "an mlajit_dtype (0..6)");
   return static_cast<mlajit::DType>(d);
 }
 

@@ -13,6 +13,7 @@ void check_threads(int threads, const std::string& field);
 void check_page_size(int page_size, const std::string& field);
 
 const char* scale_fmt_name(ScaleFmt f);
+const char* cache_layout_name(CacheLayout l);
 const char* mask_name(Mask m);
 const char* emit_name(IndexEmit e);
 // "bf16" | "fp8" (the JSON spelling); anything else is an Error naming `field` and the choices.
