@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "mlajit/codegen.hpp"
 #include "mlajit/error.hpp"
 #include "mlajit/ops.hpp"
