@@ -51,7 +51,8 @@ typedef struct mlajit_tensor {
   int64_t strides[MLAJIT_MAX_DIMS];
 } mlajit_tensor;
 
-/* The paged cache of SPEC §1. scales may be NULL when the cache is not fp8; lookup_table and
+/* The paged cache of SPEC §1. scales may be NULL when the cache is not fp8 (and must be NULL for
+ * the layout "fp8_ds_mla", whose u8 blocks hold the scales); lookup_table and
  * cache_lengths may be NULL for ops that do not read them (sparse_prefill). */
 typedef struct mlajit_paged_cache {
   const mlajit_tensor* blocks;
