@@ -35,7 +35,8 @@ typedef enum mlajit_dtype {
   MLAJIT_BF16 = 2,
   MLAJIT_FP8_E4M3 = 3,
   MLAJIT_U32 = 4,
-  MLAJIT_I32 = 5
+  MLAJIT_I32 = 5,
+  MLAJIT_U8 = 6 /* raw bytes: the records of a layout "fp8_ds_mla" cache */
 } mlajit_dtype;
 
 #define MLAJIT_MAX_DIMS 6
@@ -50,7 +51,8 @@ typedef struct mlajit_tensor {
   int64_t strides[MLAJIT_MAX_DIMS];
 } mlajit_tensor;
 
-/* The paged cache of SPEC §1. scales may be NULL when the cache is not fp8; lookup_table and
+/* The paged cache of SPEC §1. scales may be NULL when the cache is not fp8 (and must be NULL for
+ * the layout "fp8_ds_mla", whose u8 blocks hold the scales); lookup_table and
  * cache_lengths may be NULL for ops that do not read them (sparse_prefill). */
 typedef struct mlajit_paged_cache {
   const mlajit_tensor* blocks;

@@ -11,7 +11,9 @@
 
 namespace mlajit::ops {
 
-// The paged cache of SPEC §1, as views.
+// The paged cache of SPEC §1, as views. Layout fp8_ds_mla: blocks are u8 records [num_blocks, 1,
+// num_layers, page_size, 656] (one layer: also [num_blocks, page_size, 656] or [num_blocks,
+// page_size, 1, 656]) and scales is empty.
 struct PagedCacheView {
   TensorView blocks;         // [num_blocks, kv_dim, num_layers, page_size, num_heads, head_size] of dtype
   TensorView scales;         // [num_blocks, kv_dim, num_layers, page_size, num_heads, head_dim_granularity] f32; fp8 only

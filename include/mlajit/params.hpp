@@ -26,15 +26,15 @@ enum class QkMath { bf16, fp8 };
 // in the caller's workspace (sparse_prefill_workspace_bytes) and the bf16 kernel reads that copy:
 // faster, and each element q * scale is rounded once to bf16 (exact for unit and ue8m0 scales).
 enum class KvStaging { none, bf16 };
-// sparse_prefill's latent cache layout. split: blocks of 576 kv_dtype elements per row, the fp8
-// scales (if any) in a tensor of their own. fp8_ds_mla: FlashMLA's record (what vLLM and SGLang
-// store for DeepSeek-V3.2): 656 bytes per row = 512 e4m3 (four 128-element groups) + 4 f32 scales
-// + 64 bf16 (the rope dims, not quantized); kv_dtype fp8_e4m3, quantization_granularity 128.
-enum class KvLayout { split, fp8_ds_mla };
+// The paged cache's storage (SPEC §1). split: `blocks` of dtype plus a separate f32 `scales` tensor
+// for fp8. fp8_ds_mla: FlashMLA's DeepSeek-V3.2 fp8 latent record, one 656-byte record per token
+// (512 e4m3, 4 f32 tile scales, 64 bf16 rope) in u8 `blocks`, no `scales` tensor.
+enum class CacheLayout { split, fp8_ds_mla };
 
 // SPEC §1. The paged KV cache layout:
-//   blocks [num_blocks, kv_dim, num_layers, page_size, num_heads, head_size] of dtype
-//   scales [num_blocks, kv_dim, num_layers, page_size, num_heads, head_dim_granularity] f32
+//   split:      blocks [num_blocks, kv_dim, num_layers, page_size, num_heads, head_size] of dtype
+//               scales [num_blocks, kv_dim, num_layers, page_size, num_heads, head_dim_granularity] f32
+//   fp8_ds_mla: blocks [num_blocks, 1, num_layers, page_size, 656] u8 (one record per token), no scales
 struct PagedKVCacheParams {
   DType dtype = DType::bf16;        // bf16 | f16 | f32 | fp8_e4m3
   int num_heads = 1;
@@ -44,6 +44,19 @@ struct PagedKVCacheParams {
   int num_layers = 1;
   int quantization_granularity = 0; // fp8 only: elements sharing one scale (0 = head_size)
   ScaleFmt scale_fmt = ScaleFmt::fp32;
+  // split (default) | fp8_ds_mla (dtype fp8_e4m3, num_heads 1, head_size 576, is_mla, granularity
+  // 128 (or 0), scale_fmt ue8m0). Written to JSON only when not split, so that the JSON, the
+  // canonical form, the names and the generated sources of split caches do not mention it.
+  CacheLayout layout = CacheLayout::split;
+
+  // fp8_ds_mla record: bytes [0, 512) e4m3 dims 0..511, [512, 528) four f32 scales (one per
+  // 128-element tile), [528, 656) 64 bf16 (dims 512..575, not quantized).
+  static constexpr int kDsMlaRecordBytes = 656;
+  static constexpr int kDsMlaNopeDims = 512;
+  static constexpr int kDsMlaRopeDims = 64;
+  static constexpr int kDsMlaTile = 128;
+  static constexpr int kDsMlaScalesOffset = 512;
+  static constexpr int kDsMlaRopeOffset = 528;
 
   // Every field in JSON order: `v("name", field)` per field. One list drives JSON, hashing,
   // equality and knob access (src/core/params.cpp), so a new field is declared once.
@@ -57,13 +70,22 @@ struct PagedKVCacheParams {
     v("num_layers", p.num_layers);
     v("quantization_granularity", p.quantization_granularity);
     v("scale_fmt", p.scale_fmt);
+    v("layout", p.layout);
   }
   bool quantized() const { return dtype == DType::fp8_e4m3; }
+  bool ds_mla() const { return layout == CacheLayout::fp8_ds_mla; }
+  // A separate f32 `scales` tensor: fp8 in the split layout.
+  bool split_scales() const { return quantized() && !ds_mla(); }
+  // Bytes of one row (one token of one layer and kv index) in `blocks`.
+  size_t row_bytes() const {
+    return ds_mla() ? static_cast<size_t>(kDsMlaRecordBytes)
+                    : static_cast<size_t>(num_heads) * static_cast<size_t>(head_size) * dtype_size(dtype);
+  }
   int kv_dim() const { return is_mla ? 1 : 2; }
-  // The elements sharing one scale, 0 resolved to head_size; and the scales per head (the SPEC name
-  // of the scales' last dimension).
+  // The elements sharing one scale, 0 resolved to head_size (fp8_ds_mla: 128); and the scales per
+  // head (the SPEC name of the scales' last dimension).
   int resolved_quantization_granularity() const {
-    return quantization_granularity > 0 ? quantization_granularity : head_size;
+    return quantization_granularity > 0 ? quantization_granularity : ds_mla() ? kDsMlaTile : head_size;
   }
   int head_dim_granularity() const {
     return (head_size + resolved_quantization_granularity() - 1) / resolved_quantization_granularity();
@@ -167,7 +189,7 @@ struct SparsePrefillParams {
   DType output_dtype = DType::bf16; // bf16
   QkMath qk_math = QkMath::bf16;    // fp8: opt-in FP8 tensor-core math (fp8 cache, quantization_granularity 0 | 576)
   KvStaging kv_staging = KvStaging::none;  // bf16: stage the selected fp8 rows as bf16 first (kv_dtype fp8_e4m3, qk_math bf16)
-  KvLayout kv_layout = KvLayout::split;    // fp8_ds_mla: FlashMLA's 656-byte records (kv_dtype fp8_e4m3, granularity 128)
+  CacheLayout kv_layout = CacheLayout::split;  // fp8_ds_mla: FlashMLA's 656-byte records (kv_dtype fp8_e4m3, granularity 128)
   // No tuning knobs: the launch plan picks the kernel and its geometry from these params and the device.
   // Every field in JSON order: `v("name", field)` per field. One list drives JSON, hashing,
   // equality and knob access (src/core/params.cpp), so a new field is declared once.
@@ -192,7 +214,7 @@ struct SparsePrefillParams {
   void validate() const;
   // Scales of a row in the `scales` tensor (split layout); fp8_ds_mla rows hold theirs in the record.
   int scales_per_token() const {
-    if (kv_layout == KvLayout::fp8_ds_mla) return 0;
+    if (kv_layout == CacheLayout::fp8_ds_mla) return 0;
     return quantization_granularity > 0 ? (qk_depth + quantization_granularity - 1) / quantization_granularity : 0;
   }
   // Bytes of one latent cache row: 576 elements of kv_dtype, or a 656-byte fp8_ds_mla record.

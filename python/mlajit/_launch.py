@@ -36,7 +36,7 @@ def _bind():
     if _fastcall is None:
         return
     addresses = _lib.device_function_addresses()
-    dtypes = tuple(_tensor.TORCH_OF.get(code) for code in range(6))
+    dtypes = tuple(_tensor.TORCH_OF.get(code) for code in range(_tensor.NUM_DTYPES))
     _fastcall.bind(addresses, _tensor._Tensor, dtypes, _tensor.fields, raw_stream, _lib.raise_for)
 
 

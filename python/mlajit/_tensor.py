@@ -13,8 +13,9 @@ TENSOR = struct.Struct("<Qii6q6q")
 CACHE = struct.Struct("<4Q")
 MAX_DIMS = 6
 
-F32, F16, BF16, FP8_E4M3, U32, I32 = range(6)
-DTYPE_NAMES = {"f32": F32, "f16": F16, "bf16": BF16, "fp8_e4m3": FP8_E4M3, "u32": U32, "i32": I32}
+F32, F16, BF16, FP8_E4M3, U32, I32, U8 = range(7)
+NUM_DTYPES = 7
+DTYPE_NAMES = {"f32": F32, "f16": F16, "bf16": BF16, "fp8_e4m3": FP8_E4M3, "u32": U32, "i32": I32, "u8": U8}
 
 try:
     import torch
@@ -26,6 +27,7 @@ try:
         torch.float8_e4m3fn: FP8_E4M3,
         torch.uint32: U32,
         torch.int32: I32,
+        torch.uint8: U8,  # the records of a layout "fp8_ds_mla" cache
     }
     TORCH_OF = {v: k for k, v in _TORCH_DTYPES.items()}
     _Tensor = torch.Tensor
@@ -35,7 +37,7 @@ except ImportError:  # the package works without torch (precompile, info, __cuda
     TORCH_OF = {}
     _Tensor = None
 
-_CAI_DTYPES = {"<f4": F32, "<f2": F16, "<u4": U32, "<i4": I32, "|u1": None}
+_CAI_DTYPES = {"<f4": F32, "<f2": F16, "<u4": U32, "<i4": I32, "|u1": U8}
 
 
 _PAD = [(0,) * (MAX_DIMS - n) for n in range(MAX_DIMS + 1)]
@@ -44,7 +46,8 @@ _PAD = [(0,) * (MAX_DIMS - n) for n in range(MAX_DIMS + 1)]
 def _torch_fields(t):
     code = _TORCH_DTYPES.get(t.dtype)
     if code is None:
-        raise TypeError(f"tensor dtype {t.dtype} is not an mlajit dtype (f32, f16, bf16, float8_e4m3fn, uint32, int32)")
+        raise TypeError(f"tensor dtype {t.dtype} is not an mlajit dtype (f32, f16, bf16, float8_e4m3fn, uint32, int32, "
+                        "uint8)")
     shape = t.shape
     nd = len(shape)
     if nd > MAX_DIMS:
@@ -62,7 +65,7 @@ def _cai_fields(obj):
     code = _CAI_DTYPES.get(cai["typestr"])
     if code is None:
         raise TypeError(f"__cuda_array_interface__ typestr {cai['typestr']!r} is not an mlajit dtype "
-                        "(f32 <f4, f16 <f2, u32 <u4, i32 <i4; bf16/fp8 need torch tensors)")
+                        "(f32 <f4, f16 <f2, u32 <u4, i32 <i4, u8 |u1; bf16/fp8 need torch tensors)")
     shape = tuple(cai["shape"])
     nd = len(shape)
     item = int(cai["typestr"][2:])

@@ -130,7 +130,9 @@ def _key(spec):
 def kv_cache_store(spec, x, input_row_offsets, blocks, lookup_table, cache_lengths, *, scales=None, layer_idx=0,
                    kv_idx=0, dropped=None, stream=None):
     """Writes x[T, num_heads, head_size] into the paged cache (blocks, and scales for fp8) at each
-    token's logical position (SPEC §1). dropped: optional u32[1] counter of tokens not written."""
+    token's logical position (SPEC §1). dropped: optional u32[1] counter of tokens not written.
+    params layout "fp8_ds_mla": blocks are uint8 records [num_blocks, 1, num_layers, page_size, 656]
+    (with one layer also [num_blocks, page_size, 656]) and scales is None."""
     device = _eager_device(x)
     if device is None:
         torch.ops.mlajit.kv_cache_store(_key(spec), x, input_row_offsets, blocks, scales, lookup_table, cache_lengths,
@@ -142,7 +144,8 @@ def kv_cache_store(spec, x, input_row_offsets, blocks, lookup_table, cache_lengt
 
 def kv_cache_gather(spec, blocks, lookup_table, batch_ids, positions, *, scales=None, cache_lengths=None,
                     layer_idx=0, kv_idx=0, y=None, dropped=None, stream=None):
-    """Dense y[T, num_heads, head_size] (output_dtype) of (batch_ids, positions) pairs; returns y."""
+    """Dense y[T, num_heads, head_size] (output_dtype) of (batch_ids, positions) pairs; returns y.
+    params layout "fp8_ds_mla": blocks as for kv_cache_store, scales None."""
     device = _eager_device(positions)
     if device is None:
         r = torch.ops.mlajit.kv_cache_gather(_key(spec), blocks, scales, lookup_table, cache_lengths, batch_ids,

@@ -23,7 +23,7 @@
 
 #include "mlajit/c_api.h"
 
-#define NUM_DTYPES 6
+#define NUM_DTYPES 7
 
 /* The C API entry points, bound once by bind(). */
 typedef mlajit_status (*set_device_fn)(int);
@@ -349,14 +349,14 @@ static void replace(PyObject** slot, PyObject* value) {
   Py_XDECREF(old);
 }
 
-/* bind(functions: {c_name: address}, tensor_type, dtypes: 6-tuple, fields, raw_stream, raise_for) */
+/* bind(functions: {c_name: address}, tensor_type, dtypes: 7-tuple, fields, raw_stream, raise_for) */
 static PyObject* bind(PyObject* self, PyObject* args) {
   PyObject *functions, *tensor_type, *dtypes, *fields, *raw_stream, *raise_for;
   if (!PyArg_ParseTuple(args, "O!OOOOO", &PyDict_Type, &functions, &tensor_type, &dtypes, &fields, &raw_stream,
                         &raise_for))
     return NULL;
   if (!PyTuple_Check(dtypes) || PyTuple_Size(dtypes) != NUM_DTYPES) {
-    PyErr_SetString(PyExc_ValueError, "mlajit._fastcall.bind: dtypes must be a tuple of 6 (None for absent)");
+    PyErr_SetString(PyExc_ValueError, "mlajit._fastcall.bind: dtypes must be a tuple of 7 (None for absent)");
     return NULL;
   }
   void* f[6];

@@ -347,3 +347,72 @@ def test_host_overhead_per_call(capsys):
     # The target is <= 5 us added per mlajit.ops call. Absolute times move with the host's load,
     # so the check is relative: it catches regressions (the ctypes path measured ~3.9x the C API).
     assert med["mlajit.ops"] < 2.5 * med["c_api"]
+
+
+# ---- layout fp8_ds_mla: FlashMLA's V3.2 fp8 latent records ------------------------------------
+DS_STORE = {"op": "kv_cache_store", "params": {"dtype": "fp8_e4m3", "num_heads": 1, "head_size": 576,
+                                               "page_size": PAGE, "is_mla": True, "num_layers": LAYERS,
+                                               "quantization_granularity": 128, "scale_fmt": "ue8m0",
+                                               "layout": "fp8_ds_mla", "input_dtype": "bf16"}}
+DS_GATHER = {"op": "kv_cache_gather", "params": dict(DS_STORE["params"], output_dtype="bf16")}
+del DS_GATHER["params"]["input_dtype"]
+
+
+def flashmla_quantize(x):
+    """FlashMLA's tests/quant.py quantize_k_cache (V32_FP8Sparse) on rows x bf16[T, 576] -> u8[T, 656]."""
+    out = torch.empty(x.shape[0], 656, dtype=torch.uint8, device=x.device)
+    out[:, 528:] = x[:, 512:].contiguous().view(torch.uint8)
+    scales = torch.empty(x.shape[0], 4, dtype=torch.float32, device=x.device)
+    for t in range(4):
+        tile = x[:, t * 128:(t + 1) * 128]
+        s = tile.abs().max(dim=-1).values.float() / 448.0
+        s = torch.pow(2, torch.clamp_min(s, 1e-4).log2().ceil())
+        scales[:, t] = s
+        out[:, t * 128:(t + 1) * 128] = (tile.float() / s.unsqueeze(-1)).to(torch.float8_e4m3fn).view(torch.uint8)
+    out[:, 512:528] = scales.view(torch.uint8)
+    return out
+
+
+def flashmla_dequantize(rec):
+    """FlashMLA's dequantize_k_cache (V32_FP8Sparse) on records u8[T, 656] -> bf16[T, 576]."""
+    y = torch.empty(rec.shape[0], 576, dtype=torch.bfloat16, device=rec.device)
+    y[:, 512:] = rec[:, 528:].contiguous().view(torch.bfloat16)
+    s = rec[:, 512:528].contiguous().view(torch.float32)
+    for t in range(4):
+        y[:, t * 128:(t + 1) * 128] = rec[:, t * 128:(t + 1) * 128].view(torch.float8_e4m3fn).float() * s[:, t:t + 1]
+    return y
+
+
+def test_fp8_ds_mla_records_match_flashmla_quantizer():
+    d = batch(3)
+    x = d["xkv"].clone()
+    x[::5, 0, 128:256] = 0  # zero tiles
+    x[1::5, 0, 256:384] *= 1e-3  # below the 1e-4 clamp
+    x[2::5, 0, 7] = 56.0  # amax 448 * 2^-3: a power-of-two scale
+    layer = 1
+    blocks = torch.zeros(NB, 1, LAYERS, PAGE, 656, dtype=torch.uint8, device="cuda")
+    dropped = torch.zeros(1, dtype=torch.uint32, device="cuda")
+    mlajit.ops.kv_cache_store(DS_STORE, x, d["offs"], blocks, d["lut"], d["lens"], layer_idx=layer, dropped=dropped)
+    blocks_c = torch.zeros_like(blocks)
+    check(lib.mlajit_kv_cache_store(op_handle(DS_STORE), ct(x), ct(d["offs"]),
+                                    cc(blocks_c.view(torch.float8_e4m3fn), None, d["lut"], d["lens"]), layer, 0, None,
+                                    stream()))
+    bids = torch.tensor([0] * 37 + [1] * 150, dtype=torch.int64).cuda()
+    pos = torch.cat([torch.arange(70, 107), torch.arange(200, 350)]).cuda()
+    blk = d["lut"].long()[bids, pos // PAGE]
+    torch.cuda.synchronize()
+    assert dropped.item() == 0
+    assert torch.equal(blocks, blocks_c)
+    rec = blocks[blk, 0, layer, pos % PAGE]
+    assert torch.equal(rec, flashmla_quantize(x[:, 0]))
+    assert int((blocks[:, 0, 0] != 0).sum()) == 0  # the other layer untouched
+    y = mlajit.ops.kv_cache_gather(DS_GATHER, blocks, d["lut"], bids.to(torch.uint32), pos.to(torch.uint32),
+                                   layer_idx=layer)
+    torch.cuda.synchronize()
+    assert same_bits(y[:, 0], flashmla_dequantize(rec))
+    # One layer: vLLM's [num_blocks, page_size, 656].
+    one = {"op": "kv_cache_store", "params": dict(DS_STORE["params"], num_layers=1)}
+    b1 = torch.zeros(NB, PAGE, 656, dtype=torch.uint8, device="cuda")
+    mlajit.ops.kv_cache_store(one, x, d["offs"], b1, d["lut"], d["lens"])
+    torch.cuda.synchronize()
+    assert torch.equal(b1[blk, pos % PAGE], rec)

@@ -211,3 +211,55 @@ def test_library_errors_carry_the_cpp_message(impl):
 def test_the_eager_path_uses_the_extension():
     assert _launch.impl is _launch._fastcall
     assert mlajit.ops._launch is _launch._fastcall
+
+
+DS_STORE = {"op": "kv_cache_store", "params": {"dtype": "fp8_e4m3", "num_heads": 1, "head_size": 576, "page_size": 64,
+                                               "is_mla": True, "num_layers": 2, "quantization_granularity": 128,
+                                               "scale_fmt": "ue8m0", "layout": "fp8_ds_mla", "input_dtype": "f32"}}
+
+
+def test_fp8_ds_mla_params_are_checked_when_the_op_is_made():
+    for key, value, message in (("scale_fmt", "fp32", "params.scale_fmt: got fp32, expected ue8m0"),
+                                ("quantization_granularity", 64, "params.quantization_granularity: got 64"),
+                                ("head_size", 512, "params.head_size: got 512, expected 576"),
+                                ("dtype", "bf16", "params.dtype: got bf16, expected fp8_e4m3"),
+                                ("layout", "ds_mla", "params.layout: got \"ds_mla\", expected split | fp8_ds_mla")):
+        spec = {"op": "kv_cache_store", "params": dict(DS_STORE["params"], **{key: value})}
+        with pytest.raises(mlajit.InvalidArgumentError, match=message.replace("|", r"\|")):
+            mlajit.Op(spec)
+    assert mlajit.Op(DS_STORE).json  # valid; 0 granularity means the layout's 128 too
+    mlajit.Op({"op": "kv_cache_store", "params": dict(DS_STORE["params"], quantization_granularity=0)})
+
+
+@pytest.mark.parametrize("impl", list(IMPLS))
+def test_fp8_ds_mla_views_are_checked_by_the_library(impl):
+    """u8 records [num_blocks, 1, num_layers, page_size, 656] (|u1 array-interface objects), no
+    scales; the messages are the library's (nothing reaches a device)."""
+    h = mlajit.get_op(DS_STORE).handle
+    x = ArrayInterface(0x10000, (10, 1, 576), "<f4")
+    offs, lut, lens = (ArrayInterface(0x20000, (3,), "<u4"), ArrayInterface(0x30000, (2, 3), "<u4"),
+                       ArrayInterface(0x40000, (2,), "<u4"))
+    blocks = ArrayInterface(0x50000, (5, 1, 2, 64, 656), "|u1")
+    scales = ArrayInterface(0x60000, (5, 1, 2, 64, 1, 5), "<f4")
+    store = IMPLS[impl].kv_cache_store
+    with pytest.raises(mlajit.InvalidArgumentError, match="cache.scales.*fp8_ds_mla"):
+        store(h, -1, STREAM, x, offs, blocks, scales, lut, lens, 0, 0, None)
+    with pytest.raises(mlajit.InvalidArgumentError,
+                       match=r"cache.blocks dim 4: got u8\[5, 1, 2, 64, 576\], expected size 656"):
+        store(h, -1, STREAM, x, offs, ArrayInterface(0x50000, (5, 1, 2, 64, 576), "|u1"), None, lut, lens, 0, 0, None)
+    with pytest.raises(mlajit.InvalidArgumentError, match="cache.blocks rank: got 3"):
+        store(h, -1, STREAM, x, offs, ArrayInterface(0x50000, (5, 64, 656), "|u1"), None, lut, lens, 0, 0, None)
+    with pytest.raises(mlajit.InvalidArgumentError, match="cache.blocks dtype: got f32"):
+        store(h, -1, STREAM, x, offs, ArrayInterface(0x50000, (5, 1, 2, 64, 656), "<f4"), None, lut, lens, 0, 0, None)
+    with pytest.raises(mlajit.InvalidArgumentError, match="layer_idx"):  # the views pass; the layer does not
+        store(h, -1, STREAM, x, offs, blocks, None, lut, lens, 2, 0, None)
+    one_layer = mlajit.get_op({"op": "kv_cache_store", "params": dict(DS_STORE["params"], num_layers=1)}).handle
+    with pytest.raises(mlajit.InvalidArgumentError, match="layer_idx"):  # [num_blocks, page_size, 656] is taken
+        store(one_layer, -1, STREAM, x, offs, ArrayInterface(0x50000, (5, 64, 656), "|u1"), None, lut, lens, 1, 0,
+              None)
+
+
+@needs_torch
+def test_uint8_torch_tensors_are_u8():
+    from mlajit import _tensor
+    assert _tensor.fields(torch.zeros(2, 656, dtype=torch.uint8))[1] == _tensor.U8 == 6

@@ -72,7 +72,7 @@ mlajit_status guarded_on(mlajit_op op, F&& f) {
 }
 
 mlajit::DType dtype_of(int32_t d, const char* what) {
-  if (d < MLAJIT_F32 || d > MLAJIT_I32) mlajit::throw_invalid(std::string(what) + ".dtype", d, "an mlajit_dtype (0..5)");
+  if (d < MLAJIT_F32 || d > MLAJIT_U8) mlajit::throw_invalid(std::string(what) + ".dtype", d, "an mlajit_dtype (0..6)");
   return static_cast<mlajit::DType>(d);
 }
 
@@ -145,7 +145,7 @@ void need(const void* t, const std::string& what) {
                         fmt::format("{}: no tensor given (NULL); this argument is required", what));
 }
 
-// The cache's required members: blocks always, scales for an fp8 cache, lookup_table and
+// The cache's required members: blocks always, scales for an fp8 cache of the split layout, lookup_table and
 // cache_lengths when the op reads them.
 void need_cache(const mlajit_paged_cache* c, const char* what, bool scales, bool table, bool lengths) {
   if (c == nullptr) mlajit::throw_invalid(what, "NULL", "a mlajit_paged_cache");
@@ -361,7 +361,7 @@ mlajit_status mlajit_kv_cache_store(mlajit_op op, const mlajit_tensor* x, const 
     const auto& p = params_of<mlajit::KvCacheStoreParams>(op, "mlajit_kv_cache_store");
     need(x, "x");
     need(input_row_offsets, "input_row_offsets");
-    need_cache(cache, "cache", p.cache.quantized(), /*table=*/true, /*lengths=*/true);
+    need_cache(cache, "cache", p.cache.split_scales(), /*table=*/true, /*lengths=*/true);
     mlajit::ops::kv_cache_store(p, view_of(x, "x"),
                                 view_of(input_row_offsets, "input_row_offsets"), cache_of(cache, "cache"), layer_idx,
                                 kv_idx, view_of(dropped, "dropped"), stream);
@@ -373,7 +373,7 @@ mlajit_status mlajit_kv_cache_gather(mlajit_op op, const mlajit_paged_cache* cac
                                      const mlajit_tensor* y, const mlajit_tensor* dropped, void* stream) {
   return guarded_on(op, [&] {
     const auto& p = params_of<mlajit::KvCacheGatherParams>(op, "mlajit_kv_cache_gather");
-    need_cache(cache, "cache", p.cache.quantized(), /*table=*/true, /*lengths=*/false);
+    need_cache(cache, "cache", p.cache.split_scales(), /*table=*/true, /*lengths=*/false);
     need(batch_ids, "batch_ids");
     need(positions, "positions");
     need(y, "y");

@@ -212,7 +212,7 @@ int cmd_bench(const Argv& argv) {
     shape.take_bool("lse", a.emit_lse);
     if (auto m = shape.take("qk_math")) a.qk_math = parse_qk_math(*m, "--shape qk_math");
     if (auto k = shape.take("kv_staging")) a.kv_staging = parse_kv_staging(*k, "--shape kv_staging");
-    if (auto k = shape.take("kv_layout")) a.kv_layout = parse_kv_layout(*k, "--shape kv_layout");
+    if (auto k = shape.take("kv_layout")) a.kv_layout = parse_cache_layout(*k, "--shape kv_layout");
     if (auto r = shape.take("stage_rows")) a.stage_rows = *r;
     if (auto p = shape.take("path")) a.path = *p;
     a.anchor = args.get_or("anchor", "");

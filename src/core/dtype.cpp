@@ -14,6 +14,7 @@ struct DTypeInfo {
 constexpr DTypeInfo kDTypes[] = {
     {DType::f32, "f32", 4},  {DType::f16, "f16", 2}, {DType::bf16, "bf16", 2},
     {DType::fp8_e4m3, "fp8_e4m3", 1}, {DType::u32, "u32", 4}, {DType::i32, "i32", 4},
+    {DType::u8, "u8", 1},
 };
 }  // namespace
 
@@ -32,7 +33,7 @@ size_t dtype_size(DType t) {
 DType parse_dtype(std::string_view name, const std::string& field) {
   for (const auto& d : kDTypes)
     if (d.name == name) return d.type;
-  throw_invalid(field, json_quoted(name), "one of f32, f16, bf16, fp8_e4m3, u32, i32");
+  throw_invalid(field, json_quoted(name), "one of f32, f16, bf16, fp8_e4m3, u32, i32, u8");
 }
 
 }  // namespace mlajit

@@ -13,13 +13,13 @@ void check_threads(int threads, const std::string& field);
 void check_page_size(int page_size, const std::string& field);
 
 const char* scale_fmt_name(ScaleFmt f);
+const char* cache_layout_name(CacheLayout l);
 const char* mask_name(Mask m);
 const char* emit_name(IndexEmit e);
 // "bf16" | "fp8" (the JSON spelling); anything else is an Error naming `field` and the choices.
 QkMath parse_qk_math(const std::string& name, const std::string& field);
 KvStaging parse_kv_staging(const std::string& name, const std::string& field);
-KvLayout parse_kv_layout(const std::string& name, const std::string& field);
-const char* kv_layout_name(KvLayout l);
+CacheLayout parse_cache_layout(const std::string& name, const std::string& field);
 ScaleFmt parse_scale_fmt(const std::string& name, const std::string& field);
 
 // A default-constructed params struct of `op` (the variant alternative of index `op`).

@@ -26,6 +26,11 @@ struct EnumNames<ScaleFmt> {
   static constexpr std::pair<ScaleFmt, const char*> v[] = {{ScaleFmt::fp32, "fp32"}, {ScaleFmt::ue8m0, "ue8m0"}};
 };
 template <>
+struct EnumNames<CacheLayout> {
+  static constexpr std::pair<CacheLayout, const char*> v[] = {{CacheLayout::split, "split"},
+                                                              {CacheLayout::fp8_ds_mla, "fp8_ds_mla"}};
+};
+template <>
 struct EnumNames<Mask> {
   static constexpr std::pair<Mask, const char*> v[] = {{Mask::none, "none"}, {Mask::causal, "causal"}};
 };
@@ -43,10 +48,6 @@ struct EnumNames<KvStaging> {
   static constexpr std::pair<KvStaging, const char*> v[] = {{KvStaging::none, "none"}, {KvStaging::bf16, "bf16"}};
 };
 
-template <>
-struct EnumNames<KvLayout> {
-  static constexpr std::pair<KvLayout, const char*> v[] = {{KvLayout::split, "split"},
-                                                           {KvLayout::fp8_ds_mla, "fp8_ds_mla"}};
 };
 
 template <typename E>
@@ -78,6 +79,11 @@ struct JsonWriter {
   void operator()(const char* name, const DType& v) { out[name] = std::string(dtype_name(v)); }
   template <typename E>
   void operator()(const char* name, const E& v) { out[name] = enum_name(v); }
+  // The cache layout is written only when it is not the default (split): the JSON, canonical form,
+  // tuning keys and generated sources of split caches stay as they are without the field.
+  void operator()(const char* name, const CacheLayout& v) {
+    if (v != CacheLayout::split) out[name] = enum_name(v);
+  }
 };
 
 struct JsonReader {
@@ -167,6 +173,7 @@ void check_page_size(int page_size, const std::string& field) {
 }
 
 const char* scale_fmt_name(ScaleFmt f) { return enum_name(f); }
+const char* cache_layout_name(CacheLayout l) { return enum_name(l); }
 const char* mask_name(Mask m) { return enum_name(m); }
 const char* emit_name(IndexEmit e) { return enum_name(e); }
 QkMath parse_qk_math(const std::string& name, const std::string& field) { return parse_enum<QkMath>(name, field); }
@@ -174,13 +181,27 @@ KvStaging parse_kv_staging(const std::string& name, const std::string& field) {
   return parse_enum<KvStaging>(name, field);
 }
 ScaleFmt parse_scale_fmt(const std::string& name, const std::string& field) { return parse_enum<ScaleFmt>(name, field); }
-KvLayout parse_kv_layout(const std::string& name, const std::string& field) { return parse_enum<KvLayout>(name, field); }
-const char* kv_layout_name(KvLayout l) { return enum_name(l); }
+CacheLayout parse_cache_layout(const std::string& name, const std::string& field) {
+  return parse_enum<CacheLayout>(name, field);
+}
 
 // ---- validation ---------------------------------------------------------------------------------
 void PagedKVCacheParams::validate(const std::string& p) const {
   MLAJIT_EXPECT(dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f32 || dtype == DType::fp8_e4m3,
                 p + ".dtype", dtype_name(dtype), "bf16 | f16 | f32 | fp8_e4m3");
+  if (ds_mla()) {
+    // FlashMLA's V3.2 fp8 latent record (SPEC §1): its geometry and quantizer are fixed.
+    constexpr const char* kWhy = " (layout fp8_ds_mla)";
+    MLAJIT_EXPECT(dtype == DType::fp8_e4m3, p + ".dtype", dtype_name(dtype), std::string("fp8_e4m3") + kWhy);
+    MLAJIT_EXPECT(num_heads == 1, p + ".num_heads", num_heads, std::string("1") + kWhy);
+    MLAJIT_EXPECT(head_size == 576, p + ".head_size", head_size, std::string("576") + kWhy);
+    MLAJIT_EXPECT(is_mla, p + ".is_mla", "false", std::string("true") + kWhy);
+    MLAJIT_EXPECT(quantization_granularity == 0 || quantization_granularity == kDsMlaTile,
+                  p + ".quantization_granularity", quantization_granularity,
+                  std::string("128 or 0 (= 128: one scale per 128-element tile)") + kWhy);
+    MLAJIT_EXPECT(scale_fmt == ScaleFmt::ue8m0, p + ".scale_fmt", enum_name(scale_fmt),
+                  std::string("ue8m0 (FlashMLA's power-of-two tile scales)") + kWhy);
+  }
   MLAJIT_EXPECT(num_heads >= 1 && num_heads <= 1024, p + ".num_heads", num_heads, "an integer in [1, 1024]");
   MLAJIT_EXPECT(head_size >= 1 && head_size <= 4096, p + ".head_size", head_size, "an integer in [1, 4096]");
   check_page_size(page_size, p + ".page_size");

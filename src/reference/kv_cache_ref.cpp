@@ -17,7 +17,7 @@ using testdata::encode;
 HostPagedCache::HostPagedCache(const PagedKVCacheParams& p, int64_t nb) : params(p), num_blocks(nb) {
   const size_t rows = static_cast<size_t>(nb) * p.kv_dim() * p.num_layers * p.page_size;
   blocks.assign(rows * row_bytes(), 0);
-  if (p.quantized()) scales.assign(rows * scales_per_row(), 0.0f);
+  if (p.quantized() && !p.ds_mla()) scales.assign(rows * scales_per_row(), 0.0f);
 }
 
 int64_t HostPagedCache::row(uint32_t blk, int kv_idx, int layer_idx, uint32_t offset) const {
@@ -26,11 +26,12 @@ int64_t HostPagedCache::row(uint32_t blk, int kv_idx, int layer_idx, uint32_t of
 }
 
 size_t HostPagedCache::row_bytes() const {
+  if (params.ds_mla()) return PagedKVCacheParams::kDsMlaRecordBytes;
   return static_cast<size_t>(params.num_heads) * params.head_size * dtype_size(params.dtype);
 }
 
 int HostPagedCache::scales_per_row() const {
-  return params.quantized() ? params.num_heads * params.head_dim_granularity() : 0;
+  return params.quantized() && !params.ds_mla() ? params.num_heads * params.head_dim_granularity() : 0;
 }
 
 float ue8m0_round_up(float s) {
@@ -46,6 +47,11 @@ float fp8_group_scale(float amax, ScaleFmt fmt) {
   volatile float num = std::fmax(amax, 1e-4f);
   volatile float s = num / 448.0f;
   return fmt == ScaleFmt::ue8m0 ? ue8m0_round_up(s) : s;
+}
+
+float ds_mla_tile_scale(float amax) {
+  volatile float s = amax / 448.0f;  // IEEE f32 division
+  return ue8m0_round_up(std::fmax(s, 1e-4f));
 }
 
 bool resolve_slot(const std::vector<uint32_t>& lut, int pages_per_seq, int64_t num_blocks, int page_size, int b,
@@ -68,6 +74,41 @@ int sequence_of(const std::vector<uint32_t>& off, uint64_t t) {
   int b = 0;
   while (b + 1 < batch && off[b + 1] <= t) ++b;
   return b;
+}
+
+// One fp8_ds_mla record (656 bytes at dst) of a 576-element token row of input dtype `in`.
+void store_ds_mla_record(DType in, const uint8_t* src, uint8_t* dst) {
+  const size_t in_size = dtype_size(in);
+  constexpr int kTile = PagedKVCacheParams::kDsMlaTile;
+  for (int tile = 0; tile < PagedKVCacheParams::kDsMlaNopeDims / kTile; ++tile) {
+    float amax = 0.0f;
+    for (int d = tile * kTile; d < (tile + 1) * kTile; ++d) amax = std::fmax(amax, std::fabs(decode(in, src + d * in_size)));
+    const float s = ds_mla_tile_scale(amax);
+    std::memcpy(dst + PagedKVCacheParams::kDsMlaScalesOffset + 4 * tile, &s, 4);
+    for (int d = tile * kTile; d < (tile + 1) * kTile; ++d) {
+      volatile float v = decode(in, src + d * in_size);
+      volatile float q = v / s;
+      dst[d] = testdata::f32_to_e4m3(q);
+    }
+  }
+  for (int i = 0; i < PagedKVCacheParams::kDsMlaRopeDims; ++i) {
+    const uint8_t* e = src + (PagedKVCacheParams::kDsMlaNopeDims + i) * in_size;
+    uint8_t* o = dst + PagedKVCacheParams::kDsMlaRopeOffset + 2 * i;
+    if (in == DType::bf16) std::memcpy(o, e, 2);  // verbatim
+    else encode(DType::bf16, decode(in, e), o);
+  }
+}
+
+// Element d of the fp8_ds_mla record at rec, decoded: e4m3 * tile scale (one f32 product) for
+// d < 512, the bf16 rope value otherwise.
+float ds_mla_record_value(const uint8_t* rec, int d) {
+  if (d >= PagedKVCacheParams::kDsMlaNopeDims)
+    return decode(DType::bf16, rec + PagedKVCacheParams::kDsMlaRopeOffset + 2 * (d - PagedKVCacheParams::kDsMlaNopeDims));
+  float s;
+  std::memcpy(&s, rec + PagedKVCacheParams::kDsMlaScalesOffset + 4 * (d / PagedKVCacheParams::kDsMlaTile), 4);
+  volatile float v = testdata::e4m3_to_f32(rec[d]);
+  v = v * s;
+  return v;
 }
 
 }  // namespace
@@ -93,6 +134,10 @@ int64_t kv_cache_store(const KvCacheStoreParams& p, const std::vector<uint8_t>& 
     const int64_t r = cache.row(blk, kv_idx, layer_idx, off);
     uint8_t* dst = cache.row_data(r);
     const uint8_t* src = x.data() + static_cast<size_t>(t) * H * D * in_size;
+    if (c.ds_mla()) {
+      store_ds_mla_record(p.input_dtype, src, dst);
+      continue;
+    }
     if (!c.quantized()) {
       for (int i = 0; i < H * D; ++i) encode(c.dtype, decode(p.input_dtype, src + i * in_size), dst + i * out_size);
       continue;
@@ -137,6 +182,10 @@ int64_t kv_cache_gather(const KvCacheGatherParams& p, const HostPagedCache& cach
     }
     const int64_t r = cache.row(blk, kv_idx, layer_idx, off);
     const uint8_t* src = cache.row_data(r);
+    if (c.ds_mla()) {
+      for (int d = 0; d < D; ++d) encode(p.output_dtype, ds_mla_record_value(src, d), dst + d * out_size);
+      continue;
+    }
     for (int h = 0; h < H; ++h) {
       for (int d = 0; d < D; ++d) {
         const int e = h * D + d;

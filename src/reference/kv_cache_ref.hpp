@@ -9,6 +9,10 @@
 //               q = e4m3_rne_satfinite(x / s) (IEEE f32 division)
 //   fp8 gather: y = cast(f32(q) * s) (one f32 product, then a round-to-nearest-even cast)
 //   otherwise:  y = cast(x) (round to nearest even).
+//   layout fp8_ds_mla (one 656-byte record per token): per 128-element tile of dims 0..511,
+//               s = 2^ceil(log2(max(RN(amax / 448), 1e-4f))) (exact, on the bits), q = e4m3(x / s);
+//               dims 512..575 as bf16 (bf16 input copied verbatim); gather: cast(f32(q) * s), the
+//               rope cast from bf16.
 #include <cstdint>
 #include <vector>
 
@@ -17,7 +21,8 @@
 namespace mlajit::ref {
 
 // The cache of SPEC §1 on the host: blocks [num_blocks, kv_dim, num_layers, page_size, num_heads,
-// head_size] as raw bytes of params.dtype, and for fp8 f32 scales [..., head_dim_granularity].
+// head_size] as raw bytes of params.dtype, and for fp8 f32 scales [..., head_dim_granularity];
+// layout fp8_ds_mla: blocks [num_blocks, 1, num_layers, page_size, 656] bytes, no scales.
 struct HostPagedCache {
   PagedKVCacheParams params;
   int64_t num_blocks = 0;
@@ -27,8 +32,8 @@ struct HostPagedCache {
   HostPagedCache(const PagedKVCacheParams& p, int64_t num_blocks);
   // Row of (physical block, kv index, layer, page offset): one token's [num_heads, head_size] slab.
   int64_t row(uint32_t blk, int kv_idx, int layer_idx, uint32_t offset) const;
-  size_t row_bytes() const;     // num_heads * head_size * dtype size
-  int scales_per_row() const;   // num_heads * head_dim_granularity (fp8), else 0
+  size_t row_bytes() const;     // num_heads * head_size * dtype size (fp8_ds_mla: 656)
+  int scales_per_row() const;   // num_heads * head_dim_granularity (fp8, split layout), else 0
   uint8_t* row_data(int64_t r) { return blocks.data() + static_cast<size_t>(r) * row_bytes(); }
   const uint8_t* row_data(int64_t r) const { return blocks.data() + static_cast<size_t>(r) * row_bytes(); }
   float* row_scales(int64_t r) { return scales.data() + static_cast<size_t>(r) * scales_per_row(); }
@@ -37,6 +42,9 @@ struct HostPagedCache {
 
 // s = max(amax, 1e-4f) / 448.0f in f32; ue8m0: rounded up to a power of two.
 float fp8_group_scale(float amax, ScaleFmt fmt);
+// Tile scale of layout fp8_ds_mla (FlashMLA's quantizer): 2^ceil(log2(max(RN(amax / 448), 1e-4f))),
+// the power of two found on the bits (exact).
+float ds_mla_tile_scale(float amax);
 // The smallest power of two >= s (s > 0; inf stays inf), by clearing the mantissa and carrying
 // into the exponent.
 float ue8m0_round_up(float s);

@@ -53,8 +53,11 @@ struct DeviceCache {
     scales = to_device(hc.scales);
     lut = to_device(pt.lut);
     lens = to_device(batch.cache_lengths);
-    view.blocks = TensorView(blocks.get(), c.dtype, {hc.num_blocks, c.kv_dim(), c.num_layers, c.page_size, c.num_heads, c.head_size});
-    if (c.quantized())
+    view.blocks = c.ds_mla() ? TensorView(blocks.get(), DType::u8,
+                                          {hc.num_blocks, 1, c.num_layers, c.page_size, PagedKVCacheParams::kDsMlaRecordBytes})
+                             : TensorView(blocks.get(), c.dtype,
+                                          {hc.num_blocks, c.kv_dim(), c.num_layers, c.page_size, c.num_heads, c.head_size});
+    if (c.split_scales())
       view.scales = TensorView(scales.get(), DType::f32,
                                {hc.num_blocks, c.kv_dim(), c.num_layers, c.page_size, c.num_heads, c.head_dim_granularity()});
     view.lookup_table = TensorView(lut.get(), DType::u32, {pt.batch, pt.pages_per_seq});

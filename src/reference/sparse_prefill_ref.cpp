@@ -29,7 +29,7 @@ size_t SparsePrefillProblem::block_bytes() const {
 }
 
 void decode_row(const SparsePrefillProblem& pb, int64_t row, double* k) {
-  if (pb.p.kv_layout == KvLayout::fp8_ds_mla) {
+  if (pb.p.kv_layout == CacheLayout::fp8_ds_mla) {
     // FlashMLA's record: dims 0..511 e4m3 * scale[d / 128] (f32 scales at byte 512), dims 512..575
     // bf16 at byte 528.
     const uint8_t* rec = pb.blocks.data() + static_cast<size_t>(row) * 656;
@@ -215,7 +215,7 @@ SparsePrefillProblem make_random_problem(const SparsePrefillParams& p, const Spa
   std::vector<float> x(576);
   for (int64_t r = 0; r < rows; ++r) {
     for (auto& v : x) v = normal(rng);
-    if (p.kv_layout == KvLayout::fp8_ds_mla) {
+    if (p.kv_layout == CacheLayout::fp8_ds_mla) {
       // Records: four 128-dim groups of different magnitudes (2^lo..2^hi apart with ue8m0, as
       // below), quantized with the store's scale rule; the rope dims as bf16.
       uint8_t* rec = pb.blocks.data() + static_cast<size_t>(r) * 656;

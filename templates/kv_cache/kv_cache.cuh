@@ -771,6 +771,169 @@ struct KvGather {
   }
 };
 
+// ---- layout fp8_ds_mla: FlashMLA's V3.2 fp8 latent record -----------------------------------------
+//
+// One 656-byte record per token (SPEC §1): bytes [0, 512) e4m3 dims 0..511 (four 128-element
+// tiles), [512, 528) the four tiles' f32 scales, [528, 656) dims 512..575 as bf16. One warp per
+// token: lane l owns dims [16 l, 16 l + 16) (tile l / 8, whose amax is a max over its 8 lanes) and
+// lanes 0..7 own the rope dims [512 + 8 l, 512 + 8 l + 8). Every record access is one 16-byte
+// vector (656 = 41 x 16), so a warp moves the 512 fp8 bytes in one instruction.
+
+// Tile scale of the layout (FlashMLA's quantizer): s = RN(amax / 448) (IEEE f32 division), clamped
+// below at 1e-4, rounded up to a power of two on the bits (2^ceil(log2 s) exactly: a power of two
+// stays, anything else takes the next one; inf stays inf). Every finite result lies in [2^-13, 2^120].
+MJ_DEVICE float ds_mla_tile_scale(float amax) {
+  float s;
+  asm("div.rn.f32 %0, %1, %2;" : "=f"(s) : "f"(amax), "f"(448.0f));
+  s = fmaxf(s, 1e-4f);
+  u32 b = __float_as_uint(s);
+  if (b & 0x007FFFFFu) b = (b & 0xFF800000u) + 0x00800000u;
+  return __uint_as_float(b);
+}
+
+template <class In, int P, int L, int THREADS>
+struct KvStoreDsMla {
+  static_assert(THREADS % 32 == 0, "threads must be a multiple of 32");
+  using Rows = CacheRows<P, L, 1>;
+  static constexpr int kPerVec = 16 / In::kBytes;  // input elements per 16-byte load
+  static constexpr int kNopeLoads = 16 / kPerVec;  // a lane's 16 quantized dims
+  static constexpr int kRopeLoads = 8 / kPerVec;   // a rope lane's 8 dims
+
+  static MJ_DEVICE void run(const KvCacheStoreArgs& a) {
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const u64 t = static_cast<u64>(blockIdx.x) * (THREADS / 32) + threadIdx.x / 32;
+    if (t >= static_cast<u64>(a.num_tokens)) return;  // the whole warp: t is uniform in it
+    const char* xr = static_cast<const char*>(a.x) + t * 576 * In::kBytes;
+    Vec<16> v[kNopeLoads];
+#pragma unroll
+    for (int k = 0; k < kNopeLoads; ++k) v[k] = load_stream<16>(xr + (lane * 16 + k * kPerVec) * In::kBytes);
+    Vec<16> rope[kRopeLoads];
+#pragma unroll
+    for (int k = 0; k < kRopeLoads; ++k) {
+      if (lane < 8) rope[k] = load_stream<16>(xr + (512 + lane * 8 + k * kPerVec) * In::kBytes);
+      else clear(rope[k]);
+    }
+
+    // The token's record (every lane computes the same lookup: the loads are broadcasts).
+    bool ok = false;
+    u64 row = 0;
+    const int b = find_sequence(a.input_row_offsets, a.batch, t);
+    if (b >= 0) {
+      const u64 pos = static_cast<u64>(load_ro(a.cache_lengths + b)) + (t - load_ro(a.input_row_offsets + b));
+      u32 blk, off;
+      if (Rows::resolve(a.lookup_table, a.pages_per_seq, a.num_blocks, b, pos, blk, off)) {
+        ok = true;
+        row = Rows::row(blk, 0, a.layer_idx, off);
+      }
+    }
+    if (!ok && lane == 0 && a.dropped != nullptr) atomicAdd(a.dropped, 1u);
+
+    // amax of the tile (NaN ignored, like the split layout's store), its scale, the quotients.
+    float f[16];
+#pragma unroll
+    for (int k = 0; k < kNopeLoads; ++k) {
+      float g[kPerVec];
+      unpack<In, kPerVec>(v[k], g);
+#pragma unroll
+      for (int e = 0; e < kPerVec; ++e) f[k * kPerVec + e] = g[e];
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 16; ++e) amax = fmaxf(amax, fabsf(f[e]));
+    const float s = ds_mla_tile_scale(team_max<8>(amax));
+    const GroupQuantizer<true> quant = GroupQuantizer<true>::make(s);  // x / s exactly as x * 2^-k
+#pragma unroll
+    for (int e = 0; e < 16; ++e) f[e] = quant(f[e]);
+    Vec<16> sc;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sc.w[i] = __float_as_uint(__shfl_sync(0xffffffffu, s, 8 * i));
+    if (!ok) return;
+
+    char* rec = static_cast<char*>(a.blocks) + row * kDsMlaRecordBytes;
+    store(rec + lane * 16, pack<E4m3, 16>(f));
+    if (lane == 0) store(rec + kDsMlaScalesOffset, sc);
+    if (lane < 8) {
+      if constexpr (same_type<In, Bf16>::value) {
+        store(rec + kDsMlaRopeOffset + lane * 16, rope[0]);  // verbatim
+      } else {
+        float r[8];
+#pragma unroll
+        for (int k = 0; k < kRopeLoads; ++k) {
+          float g[kPerVec];
+          unpack<In, kPerVec>(rope[k], g);
+#pragma unroll
+          for (int e = 0; e < kPerVec; ++e) r[k * kPerVec + e] = g[e];
+        }
+        store(rec + kDsMlaRopeOffset + lane * 16, pack<Bf16, 8>(r));
+      }
+    }
+  }
+};
+
+template <class Out, int P, int L, int THREADS>
+struct KvGatherDsMla {
+  static_assert(THREADS % 32 == 0, "threads must be a multiple of 32");
+  using Rows = CacheRows<P, L, 1>;
+  static constexpr int kPerVec = 16 / Out::kBytes;  // output elements per 16-byte store
+
+  static MJ_DEVICE void run(const KvCacheGatherArgs& a) {
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const u64 t = static_cast<u64>(blockIdx.x) * (THREADS / 32) + threadIdx.x / 32;
+    if (t >= static_cast<u64>(a.num_tokens)) return;
+    bool ok = false;
+    u64 row = 0;
+    const u32 b = load_ro(a.batch_ids + t);
+    u32 blk, off;
+    if (b < static_cast<u32>(a.batch) &&
+        Rows::resolve(a.lookup_table, a.pages_per_seq, a.num_blocks, static_cast<int>(b), load_ro(a.positions + t),
+                      blk, off)) {
+      ok = true;
+      row = Rows::row(blk, 0, a.layer_idx, off);
+    }
+    char* yr = static_cast<char*>(a.y) + t * 576 * Out::kBytes;
+    if (!ok) {  // poison: the row does not exist
+      if (lane == 0 && a.dropped != nullptr) atomicAdd(a.dropped, 1u);
+#pragma unroll
+      for (int k = 0; k < 16 / kPerVec; ++k) store(yr + (lane * 16 + k * kPerVec) * Out::kBytes, nan_vec<Out, kPerVec>());
+      if (lane < 8)
+#pragma unroll
+        for (int k = 0; k < 8 / kPerVec; ++k)
+          store(yr + (512 + lane * 8 + k * kPerVec) * Out::kBytes, nan_vec<Out, kPerVec>());
+      return;
+    }
+    const char* rec = static_cast<const char*>(a.blocks) + row * kDsMlaRecordBytes;
+    const Vec<16> q = load_stream<16>(rec + lane * 16);
+    const float s = load_ro(reinterpret_cast<const float*>(rec + kDsMlaScalesOffset) + lane / 8);
+    Vec<16> rope;
+    if (lane < 8) rope = load_stream<16>(rec + kDsMlaRopeOffset + lane * 16);
+    else clear(rope);
+    float f[16];
+    unpack<E4m3, 16>(q, f);
+#pragma unroll
+    for (int k = 0; k < 16 / kPerVec; ++k) {
+      float g[kPerVec];
+#pragma unroll
+      for (int e = 0; e < kPerVec; ++e) g[e] = f[k * kPerVec + e] * s;  // one f32 product, one rounding
+      store(yr + (lane * 16 + k * kPerVec) * Out::kBytes, pack<Out, kPerVec>(g));
+    }
+    if (lane < 8) {
+      if constexpr (same_type<Out, Bf16>::value) {
+        store(yr + (512 + lane * 8) * Out::kBytes, rope);
+      } else {
+        float r[8];
+        unpack<Bf16, 8>(rope, r);
+#pragma unroll
+        for (int k = 0; k < 8 / kPerVec; ++k) {
+          float g[kPerVec];
+#pragma unroll
+          for (int e = 0; e < kPerVec; ++e) g[e] = r[k * kPerVec + e];
+          store(yr + (512 + lane * 8 + k * kPerVec) * Out::kBytes, pack<Out, kPerVec>(g));
+        }
+      }
+    }
+  }
+};
+
 // ---- sparse_index_remap --------------------------------------------------------------------------
 
 // One thread block per token row of k logical positions.

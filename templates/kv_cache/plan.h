@@ -86,5 +86,13 @@ constexpr Plan make_plan(int src_bytes, int dst_bytes, int num_heads, int head_s
   return p;
 }
 
+// Layout fp8_ds_mla (SPEC §1): one warp per token record, so a block of `threads` threads covers
+// threads / 32 tokens. Lane l moves dims [16 l, 16 l + 16) of the 512 quantized ones (8 lanes per
+// 128-element tile) and lanes 0..7 the 64 rope dims, 8 each; every record access is 16 bytes.
+constexpr int kDsMlaRecordBytes = 656;   // 512 e4m3 + 4 f32 scales + 64 bf16
+constexpr int kDsMlaScalesOffset = 512;
+constexpr int kDsMlaRopeOffset = 528;
+constexpr int ds_mla_tokens_per_block(int threads) { return threads / 32; }
+
 }  // namespace kv
 }  // namespace mj

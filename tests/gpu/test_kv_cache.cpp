@@ -49,7 +49,25 @@ struct StoreGatherCase {
   DType input_dtype;
   DType output_dtype;
   int threads = 128;
+  // Some tiles of some tokens made special (fp8_ds_mla): all zero, tiny (the 1e-4 clamp), or with
+  // an amax of exactly 448 * 2^-3 (a power-of-two scale).
+  bool special_tiles = false;
 };
+
+// The special tiles of StoreGatherCase, on the f32 values of x[T, 576].
+void make_special_tiles(std::vector<float>& x, int64_t T) {
+  for (int64_t t = 0; t < T; ++t) {
+    float* row = x.data() + t * 576;
+    const int tile = static_cast<int>((t / 5) % 4);
+    float* v = row + tile * 128;
+    switch (t % 5) {
+      case 0: std::fill(v, v + 128, 0.0f); break;
+      case 1: for (int d = 0; d < 128; ++d) v[d] *= 1e-3f; break;
+      case 2: v[t % 128] = (t % 2) ? 56.0f : -56.0f; break;
+      default: break;
+    }
+  }
+}
 
 // The SPEC §4 batch: ragged, an empty sequence, nonzero cache lengths.
 td::RaggedBatch test_batch() { return td::make_ragged_batch({5, 0, 77, 130}, {3, 64, 0, 200}); }
@@ -81,9 +99,14 @@ void run_store_gather(const StoreGatherCase& tc, uint64_t seed) {
   d_dropped.fill_bytes(0);
 
   ops::PagedCacheView view;
-  view.blocks = TensorView(d_blocks.get(), c.dtype,
-                           {table.num_blocks, c.kv_dim(), c.num_layers, c.page_size, c.num_heads, c.head_size});
-  if (c.quantized())
+  // fp8_ds_mla: u8 records [num_blocks, 1, num_layers, page_size, 656], no scales.
+  view.blocks = c.ds_mla() ? TensorView(d_blocks.get(), DType::u8,
+                                        {table.num_blocks, 1, c.num_layers, c.page_size,
+                                         PagedKVCacheParams::kDsMlaRecordBytes})
+                           : TensorView(d_blocks.get(), c.dtype,
+                                        {table.num_blocks, c.kv_dim(), c.num_layers, c.page_size, c.num_heads,
+                                         c.head_size});
+  if (c.split_scales())
     view.scales = TensorView(d_scales.get(), DType::f32,
                              {table.num_blocks, c.kv_dim(), c.num_layers, c.page_size, c.num_heads,
                               c.head_dim_granularity()});
@@ -95,7 +118,9 @@ void run_store_gather(const StoreGatherCase& tc, uint64_t seed) {
   int64_t want_dropped = 0;
   for (int layer = 0; layer < c.num_layers; ++layer) {
     for (int kv = 0; kv < c.kv_dim(); ++kv) {
-      const auto x = td::encode_all(tc.input_dtype, td::random_normal(static_cast<size_t>(T) * c.num_heads * c.head_size, rng, 2.0f));
+      auto xf = td::random_normal(static_cast<size_t>(T) * c.num_heads * c.head_size, rng, 2.0f);
+      if (tc.special_tiles) make_special_tiles(xf, T);
+      const auto x = td::encode_all(tc.input_dtype, xf);
       want_dropped += ref::kv_cache_store(sp, x, T, batch.row_offsets, batch.cache_lengths, table.lut,
                                           pages_per_seq, layer, kv, host);
       auto d_x = to_device(x);
@@ -117,7 +142,7 @@ void run_store_gather(const StoreGatherCase& tc, uint64_t seed) {
     if (got_blocks[i] != host.blocks[i] && block_mismatch++ == 0) first_bad = i;
   CHECK_MESSAGE(block_mismatch == 0, block_mismatch, " cache bytes differ, first at byte ", first_bad, " (got ",
                 int(got_blocks[first_bad]), ", want ", int(host.blocks[first_bad]), ")");
-  if (c.quantized()) {
+  if (c.split_scales()) {
     const auto got_scales = to_host<uint32_t>(d_scales, host.scales.size());
     size_t scale_mismatch = 0;
     for (size_t i = 0; i < got_scales.size(); ++i) {
@@ -216,6 +241,23 @@ TEST_SUITE("kv_cache gpu") {
          DType::bf16, DType::bf16},
     };
     for (size_t i = 0; i < std::size(cases); ++i) run_store_gather(cases[i], 100 + i);
+  }
+
+  TEST_CASE("kv_cache store/gather fp8_ds_mla records vs CPU reference (bytes exact)") {
+    // FlashMLA's V3.2 record layout: the whole cache compared byte for byte (e4m3, tile scales and
+    // rope inside the 656-byte records; unwritten records still poison), gathers exact.
+    auto ds = [](int page_size) {
+      PagedKVCacheParams c = cache_params(DType::fp8_e4m3, 1, 576, page_size, true, 128, ScaleFmt::ue8m0);
+      c.layout = CacheLayout::fp8_ds_mla;
+      return c;
+    };
+    const StoreGatherCase cases[] = {
+        {"fp8_ds_mla p64, bf16 in, bf16 out", ds(64), DType::bf16, DType::bf16, 128, true},
+        {"fp8_ds_mla p16, f32 in, f32 out, 256 threads", ds(16), DType::f32, DType::f32, 256, true},
+        {"fp8_ds_mla p32, f16 in, bf16 out, 64 threads", ds(32), DType::f16, DType::bf16, 64, true},
+        {"fp8_ds_mla p64, bf16 in, f32 out, plain normal data", ds(64), DType::bf16, DType::f32, 128, false},
+    };
+    for (size_t i = 0; i < std::size(cases); ++i) run_store_gather(cases[i], 500 + i);
   }
 
   TEST_CASE("kv_cache store/gather fp8 MHA vs CPU reference (bytes and scales exact)") {

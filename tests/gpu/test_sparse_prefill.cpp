@@ -53,7 +53,7 @@ struct Case {
   QkMath qk_math = QkMath::bf16;
   ScaleFmt scale_fmt = ScaleFmt::fp32;
   int ue8m0_exp_lo = -3, ue8m0_exp_hi = 3;  // ue8m0 data: group magnitudes 2^lo .. 2^hi
-  KvLayout kv_layout = KvLayout::split;
+  CacheLayout kv_layout = CacheLayout::split;
 };
 
 // A case of an fp8 cache whose scales are powers of two (params scale_fmt ue8m0, as kv_cache_store
@@ -93,7 +93,7 @@ Case ds_mla_case(const char* name, int heads, int64_t tokens, int64_t stride, in
   Case c{name, DType::fp8_e4m3, heads, tokens, stride, page, 128, sink, lse};
   c.scale_fmt = ue8m0 ? ScaleFmt::ue8m0 : ScaleFmt::fp32;
   c.lse_tol = ue8m0 ? 1e-4 : 1e-2;
-  c.kv_layout = KvLayout::fp8_ds_mla;
+  c.kv_layout = CacheLayout::fp8_ds_mla;
   return c;
 }
 
@@ -179,7 +179,7 @@ Outputs run_on_device(const ref::SparsePrefillProblem& pb, DeviceProblem& d, Pat
   d.lse.fill_bytes(0xFF);
   ops::PagedCacheView kv;
   kv.blocks = TensorView(d.blocks_ptr(), p.kv_dtype,
-                         {pb.num_blocks, 1, pb.num_layers, p.page_size, 1, p.kv_layout == KvLayout::fp8_ds_mla ? 656 : 576});
+                         {pb.num_blocks, 1, pb.num_layers, p.page_size, 1, p.kv_layout == CacheLayout::fp8_ds_mla ? 656 : 576});
   if (!pb.scales.empty())
     kv.scales = TensorView(d.scales.get(), DType::f32,
                            {pb.num_blocks, 1, pb.num_layers, p.page_size, 1, p.scales_per_token()});

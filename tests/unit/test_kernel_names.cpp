@@ -44,8 +44,25 @@ std::vector<OpParams> bases(Op op) {
     c.quantization_granularity = 128;
     c.scale_fmt = ScaleFmt::ue8m0;
   };
-  if (op == Op::kv_cache_store) quantized(std::get<KvCacheStoreParams>(out.emplace_back(out[0])).cache);
-  if (op == Op::kv_cache_gather) quantized(std::get<KvCacheGatherParams>(out.emplace_back(out[0])).cache);
+  // FlashMLA's record layout's geometry, split (varying `layout` reaches fp8_ds_mla) and fp8_ds_mla.
+  auto ds_mla = [](PagedKVCacheParams& c, CacheLayout layout) {
+    c.dtype = DType::fp8_e4m3;
+    c.num_heads = 1;
+    c.head_size = 576;
+    c.quantization_granularity = 128;
+    c.scale_fmt = ScaleFmt::ue8m0;
+    c.layout = layout;
+  };
+  if (op == Op::kv_cache_store) {
+    quantized(std::get<KvCacheStoreParams>(out.emplace_back(out[0])).cache);
+    ds_mla(std::get<KvCacheStoreParams>(out.emplace_back(out[0])).cache, CacheLayout::split);
+    ds_mla(std::get<KvCacheStoreParams>(out.emplace_back(out[0])).cache, CacheLayout::fp8_ds_mla);
+  }
+  if (op == Op::kv_cache_gather) {
+    quantized(std::get<KvCacheGatherParams>(out.emplace_back(out[0])).cache);
+    ds_mla(std::get<KvCacheGatherParams>(out.emplace_back(out[0])).cache, CacheLayout::split);
+    ds_mla(std::get<KvCacheGatherParams>(out.emplace_back(out[0])).cache, CacheLayout::fp8_ds_mla);
+  }
   if (op == Op::sparse_prefill) {
     auto& p = std::get<SparsePrefillParams>(out.emplace_back(out[0]));
     p.kv_dtype = DType::fp8_e4m3;
@@ -83,14 +100,16 @@ struct FieldVariant {
   }
   void operator()(const char* name, bool& v) { set<bool>(name, v, {false, true}); }
   void operator()(const char* name, DType& v) {
-    set<DType>(name, v, {DType::f32, DType::f16, DType::bf16, DType::fp8_e4m3, DType::u32, DType::i32});
+    set<DType>(name, v, {DType::f32, DType::f16, DType::bf16, DType::fp8_e4m3, DType::u32, DType::i32, DType::u8});
   }
   void operator()(const char* name, ScaleFmt& v) { set<ScaleFmt>(name, v, {ScaleFmt::fp32, ScaleFmt::ue8m0}); }
+  void operator()(const char* name, CacheLayout& v) {
+    set<CacheLayout>(name, v, {CacheLayout::split, CacheLayout::fp8_ds_mla});
+  }
   void operator()(const char* name, Mask& v) { set<Mask>(name, v, {Mask::none, Mask::causal}); }
   void operator()(const char* name, IndexEmit& v) { set<IndexEmit>(name, v, {IndexEmit::logical, IndexEmit::physical}); }
   void operator()(const char* name, QkMath& v) { set<QkMath>(name, v, {QkMath::bf16, QkMath::fp8}); }
   void operator()(const char* name, KvStaging& v) { set<KvStaging>(name, v, {KvStaging::none, KvStaging::bf16}); }
-  void operator()(const char* name, KvLayout& v) { set<KvLayout>(name, v, {KvLayout::split, KvLayout::fp8_ds_mla}); }
 };
 
 int field_count(OpParams p) {

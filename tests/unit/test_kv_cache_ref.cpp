@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "mlajit/codegen.hpp"
 #include "mlajit/error.hpp"
 #include "mlajit/ops.hpp"
@@ -415,5 +417,386 @@ TEST_SUITE("kv_cache op validation") {
     CHECK(remap(idx, TensorView(s.fake, DType::i32, {4, 8}), 8).find("out dim 1") != std::string::npos);
     CHECK(remap(idx, out, (int64_t{1} << 31) / 64 + 1).find("num_blocks") != std::string::npos);
     CHECK(remap(idx, out, -1).find("num_blocks") != std::string::npos);
+  }
+}
+
+// ---- layout fp8_ds_mla --------------------------------------------------------------------------
+// The expected records below are built by hand from the published layout (FlashMLA's
+// V32_FP8Sparse): e4m3 values from the format's definition (not the testdata codec), the tile
+// scale as the smallest power of two 2^k >= max(amax / 448, 1e-4) found by comparing amax with
+// 448 * 2^k exactly in double, quotients x / 2^k exact in double, bf16 rope bytes copied.
+namespace {
+
+// OCP e4m3fn by definition: bias 7, 3 mantissa bits, exponent field 0 = subnormal, S.1111.111 = NaN.
+double e4m3_value_by_hand(int code) {
+  const int e = (code >> 3) & 15, m = code & 7;
+  const double mag = e == 0 ? m / 8.0 * std::ldexp(1.0, -6) : (1.0 + m / 8.0) * std::ldexp(1.0, e - 7);
+  return (code & 0x80) ? -mag : mag;
+}
+
+// Nearest finite e4m3 code to v (exact double), ties to the even code, saturating at 448.
+uint8_t e4m3_by_hand(double v) {
+  if (std::isnan(v)) return 0x7F;
+  const uint8_t sign = std::signbit(v) ? 0x80 : 0x00;
+  const double a = std::fabs(v);
+  int best = 0;
+  double best_err = std::numeric_limits<double>::infinity();
+  for (int c = 0; c <= 0x7E; ++c) {
+    const double err = std::fabs(e4m3_value_by_hand(c) - a);
+    if (err < best_err || (err == best_err && (c & 1) == 0)) {
+      best = c;
+      best_err = err;
+    }
+  }
+  return static_cast<uint8_t>(sign | best);
+}
+
+uint16_t bf16_bits(float f) {  // f must be a bf16 value
+  uint32_t u = bits(f);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// The layout's tile scale: the smallest 2^k (k >= -13, since 1e-4 lies in (2^-14, 2^-13]) with
+// amax <= 448 * 2^k.
+float tile_scale_by_hand(double amax) {
+  if (std::isinf(amax)) return INFINITY;
+  int k = -13;
+  while (amax > 448.0 * std::ldexp(1.0, k)) ++k;
+  return static_cast<float>(std::ldexp(1.0, k));
+}
+
+// The 656-byte record of one token row x[576] (bf16 values, held as floats).
+std::vector<uint8_t> record_by_hand(const std::vector<float>& x) {
+  std::vector<uint8_t> rec(656, 0);
+  for (int tile = 0; tile < 4; ++tile) {
+    double amax = 0;
+    for (int d = tile * 128; d < tile * 128 + 128; ++d)
+      if (!std::isnan(x[d])) amax = std::max(amax, std::fabs(static_cast<double>(x[d])));
+    const float s = tile_scale_by_hand(amax);
+    std::memcpy(rec.data() + 512 + 4 * tile, &s, 4);
+    for (int d = tile * 128; d < tile * 128 + 128; ++d) {
+      const double q = std::isinf(s) ? (std::isinf(x[d]) ? std::nan("") : std::copysign(0.0, x[d]))
+                                     : static_cast<double>(x[d]) / s;
+      rec[d] = e4m3_by_hand(q);
+    }
+  }
+  for (int i = 0; i < 64; ++i) {
+    const uint16_t h = bf16_bits(x[512 + i]);
+    rec[528 + 2 * i] = static_cast<uint8_t>(h & 0xFF);
+    rec[528 + 2 * i + 1] = static_cast<uint8_t>(h >> 8);
+  }
+  return rec;
+}
+
+PagedKVCacheParams ds_mla_params(int num_layers = 1, int page_size = 4) {
+  PagedKVCacheParams c;
+  c.dtype = DType::fp8_e4m3;
+  c.num_heads = 1;
+  c.head_size = 576;
+  c.page_size = page_size;
+  c.is_mla = true;
+  c.num_layers = num_layers;
+  c.quantization_granularity = 128;
+  c.scale_fmt = ScaleFmt::ue8m0;
+  c.layout = CacheLayout::fp8_ds_mla;
+  return c;
+}
+
+float to_bf16_value(float f) { return td::bf16_to_f32(td::f32_to_bf16(f)); }
+
+}  // namespace
+
+TEST_SUITE("kv_cache layout fp8_ds_mla") {
+  TEST_CASE("tile scale: 2^ceil(log2(max(amax / 448, 1e-4))) exactly, powers of two kept") {
+    CHECK(ref::ds_mla_tile_scale(0.0f) == 0x1p-13f);         // clamp: 1e-4 -> 2^-13
+    CHECK(ref::ds_mla_tile_scale(448.0f * 0x1p-13f) == 0x1p-13f);
+    CHECK(ref::ds_mla_tile_scale(0.01f) == 0x1p-13f);        // 0.01 / 448 = 2.2e-5 < 1e-4
+    CHECK(ref::ds_mla_tile_scale(448.0f) == 1.0f);           // exact power of two stays
+    CHECK(ref::ds_mla_tile_scale(56.0f) == 0.125f);
+    CHECK(ref::ds_mla_tile_scale(std::nextafter(448.0f, 1e9f)) == 2.0f);  // one ulp above: next power
+    CHECK(ref::ds_mla_tile_scale(std::nextafter(448.0f, 0.0f)) == 1.0f);
+    CHECK(ref::ds_mla_tile_scale(3.0e38f) == 0x1p120f);
+    CHECK(std::isinf(ref::ds_mla_tile_scale(INFINITY)));
+    // Every f32 amax: the frexp form of 2^ceil(log2(max(RN(amax / 448), 1e-4f))). The double
+    // quotient rounded to f32 is RN(amax / 448): a quotient by 7 * 64 never lies on an f32
+    // midpoint after its double rounding (its binary expansion repeats with period 3).
+    td::Rng rng(7);
+    for (int i = 0; i < 200000; ++i) {
+      const float amax = std::fabs(std::ldexp(rng.normal(), static_cast<int>(rng.uniform(-30, 100))));
+      const float s0 = std::max(static_cast<float>(static_cast<double>(amax) / 448.0), 1e-4f);
+      int e;
+      const double m = std::frexp(static_cast<double>(s0), &e);  // s0 = m * 2^e, m in [0.5, 1)
+      const float want = static_cast<float>(std::ldexp(1.0, m == 0.5 ? e - 1 : e));
+      REQUIRE_MESSAGE(ref::ds_mla_tile_scale(amax) == want, "amax = ", amax);
+      if (i < 20000) REQUIRE(ref::ds_mla_tile_scale(amax) == tile_scale_by_hand(amax));
+    }
+  }
+
+  TEST_CASE("reference store writes the published record: bytes equal records built by hand") {
+    const PagedKVCacheParams c = ds_mla_params(/*num_layers*/ 2, /*page_size*/ 4);
+    td::Rng rng(11);
+    const int T = 6;
+    std::vector<float> x(static_cast<size_t>(T) * 576);
+    for (auto& v : x) v = to_bf16_value(rng.normal(1.5f));
+    auto tok = [&](int t) { return x.data() + static_cast<size_t>(t) * 576; };
+    // Token 0: tile 1 all zero (with a -0), tile 2 with amax 56 = 448 * 2^-3 (scale exactly 2^-3,
+    // the amax element encodes to 448), tile 3 tiny (amax / 448 < 1e-4: scale 2^-13).
+    for (int d = 128; d < 256; ++d) tok(0)[d] = 0.0f;
+    tok(0)[130] = -0.0f;
+    for (int d = 256; d < 384; ++d) tok(0)[d] = to_bf16_value(std::fmod(tok(0)[d], 50.0f));
+    tok(0)[300] = 56.0f;
+    tok(0)[301] = -56.0f;
+    for (int d = 384; d < 512; ++d) tok(0)[d] = to_bf16_value(tok(0)[d] * 0.004f);
+    // Token 1: amax one bf16 step above 448 * 2^-3 (56.25: scale 2^-2); negative rope values.
+    for (int d = 0; d < 128; ++d) tok(1)[d] = to_bf16_value(std::fmod(tok(1)[d], 40.0f));
+    tok(1)[5] = -56.25f;
+    for (int d = 512; d < 576; ++d) tok(1)[d] = -std::fabs(tok(1)[d]);
+    // Token 2: a NaN in tile 0 (ignored by the amax, encoded as NaN), large values in tile 3.
+    tok(2)[7] = std::nanf("");
+    for (int d = 384; d < 512; ++d) tok(2)[d] = to_bf16_value(tok(2)[d] * 1e20f);
+    // Token 3: an infinity in tile 1: inf scale, the tile's finite values +-0, the inf NaN.
+    tok(3)[200] = -INFINITY;
+    // Token 4: every tile's amax exactly 448 * 2^k for k = -13, -1, 0, 7.
+    const float amax4[4] = {448.0f * 0x1p-13f, 224.0f, 448.0f, 448.0f * 128.0f};
+    for (int tile = 0; tile < 4; ++tile) {
+      for (int d = tile * 128; d < tile * 128 + 128; ++d)
+        tok(4)[d] = to_bf16_value(std::fmod(tok(4)[d], 1.0f) * amax4[tile] * 0.99f);
+      tok(4)[tile * 128 + 17] = -amax4[tile];
+    }
+    // Token 5: bf16 rope bit patterns kept verbatim, including subnormals and -0.
+    tok(5)[512] = -0.0f;
+    tok(5)[513] = td::bf16_to_f32(0x0001);
+    tok(5)[514] = td::bf16_to_f32(0x807F);
+
+    // Two sequences: tokens 0..2 at positions 1..3 of seq 0, tokens 3..5 at 4..6 of seq 1.
+    const std::vector<uint32_t> off = {0, 3, 6}, lens = {1, 4};
+    const std::vector<uint32_t> lut = {3, 0, 1, 2};  // 2 pages per sequence
+    ref::HostPagedCache cache(c, 4);
+    CHECK(cache.row_bytes() == 656);
+    CHECK(cache.scales.empty());
+    std::fill(cache.blocks.begin(), cache.blocks.end(), uint8_t{0xA5});
+    KvCacheStoreParams sp{c, DType::bf16, 128};
+    const int64_t dropped =
+        ref::kv_cache_store(sp, td::encode_all(DType::bf16, x), T, off, lens, lut, 2, /*layer*/ 1, /*kv*/ 0, cache);
+    CHECK(dropped == 0);
+    const uint32_t where[T][2] = {{3, 1}, {3, 2}, {3, 3}, {2, 0}, {2, 1}, {2, 2}};  // block, offset
+    for (int t = 0; t < T; ++t) {
+      INFO("token ", t);
+      const int64_t r = cache.row(where[t][0], 0, 1, where[t][1]);
+      CHECK(r == (int64_t(where[t][0]) * 2 + 1) * 4 + where[t][1]);
+      const std::vector<float> row(tok(t), tok(t) + 576);
+      const auto want = record_by_hand(row);
+      const uint8_t* got = cache.row_data(r);
+      for (int i = 0; i < 656; ++i) {
+        if (i < 512 && std::isnan(row[i])) {  // NaN input: a NaN code (sign not specified)
+          CHECK((got[i] & 0x7F) == 0x7F);
+          continue;
+        }
+        if (i < 512 && t == 3 && i == 200) {  // -inf / inf scale: NaN
+          CHECK((got[i] & 0x7F) == 0x7F);
+          continue;
+        }
+        REQUIRE_MESSAGE(got[i] == want[i], "byte ", i, ": got ", int(got[i]), ", want ", int(want[i]));
+      }
+    }
+    // Spot checks of the hand-built records themselves.
+    const auto r0 = record_by_hand(std::vector<float>(tok(0), tok(0) + 576));
+    float s[4];
+    std::memcpy(s, r0.data() + 512, 16);
+    CHECK(s[1] == 0x1p-13f);
+    CHECK(s[2] == 0.125f);
+    CHECK(s[3] == 0x1p-13f);
+    CHECK(r0[130] == 0x80);  // -0
+    CHECK(r0[300] == 0x7E);  // 56 / 2^-3 = 448
+    CHECK(r0[301] == 0xFE);
+    const auto r1 = record_by_hand(std::vector<float>(tok(1), tok(1) + 576));
+    std::memcpy(s, r1.data() + 512, 4);
+    CHECK(s[0] == 0.25f);
+    const auto r3 = record_by_hand(std::vector<float>(tok(3), tok(3) + 576));
+    std::memcpy(s, r3.data() + 512, 16);
+    CHECK(std::isinf(s[1]));
+    // Rows of the other layer and the unused slots are untouched.
+    for (int64_t r = 0; r < 4 * 2 * 4; ++r) {
+      const bool written = (r == cache.row(3, 0, 1, 1) || r == cache.row(3, 0, 1, 2) || r == cache.row(3, 0, 1, 3) ||
+                            r == cache.row(2, 0, 1, 0) || r == cache.row(2, 0, 1, 1) || r == cache.row(2, 0, 1, 2));
+      if (!written)
+        for (size_t i = 0; i < 656; ++i) REQUIRE(cache.row_data(r)[i] == 0xA5);
+    }
+  }
+
+  TEST_CASE("reference store from f16 and f32: the rope rounded to nearest bf16, same nope bytes") {
+    const PagedKVCacheParams c = ds_mla_params();
+    td::Rng rng(12);
+    std::vector<float> x(576);
+    for (auto& v : x) v = rng.normal(3.0f);
+    x[520] = from_bits(0x3F808000u);  // a tie: rounds to even 0x3F80
+    x[521] = from_bits(0x3F818000u);  // a tie: rounds up to 0x3F82
+    const std::vector<uint32_t> off = {0, 1}, lens = {0}, lut = {0};
+    for (DType in : {DType::f32, DType::f16}) {
+      INFO(dtype_name(in));
+      const auto enc = td::encode_all(in, x);
+      std::vector<float> xin(576);  // the input's values
+      for (int d = 0; d < 576; ++d) xin[d] = td::decode(in, enc.data() + d * dtype_size(in));
+      ref::HostPagedCache cache(c, 1);
+      KvCacheStoreParams sp{c, in, 128};
+      CHECK(ref::kv_cache_store(sp, enc, 1, off, lens, lut, 1, 0, 0, cache) == 0);
+      const uint8_t* got = cache.row_data(0);
+      for (int tile = 0; tile < 4; ++tile) {
+        double amax = 0;
+        for (int d = tile * 128; d < tile * 128 + 128; ++d) amax = std::max(amax, std::fabs(double(xin[d])));
+        const float s = tile_scale_by_hand(amax);
+        float got_s;
+        std::memcpy(&got_s, got + 512 + 4 * tile, 4);
+        CHECK(got_s == s);
+        for (int d = tile * 128; d < tile * 128 + 128; ++d) REQUIRE(got[d] == e4m3_by_hand(double(xin[d]) / s));
+      }
+      for (int i = 0; i < 64; ++i) {
+        // Round to nearest even on the f32 bits, by hand.
+        const uint32_t u = bits(xin[512 + i]);
+        const uint16_t want = static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+        const uint16_t g = static_cast<uint16_t>(got[528 + 2 * i] | (got[528 + 2 * i + 1] << 8));
+        REQUIRE_MESSAGE(g == want, "rope dim ", i);
+      }
+      if (in == DType::f32) {
+        CHECK(got[528 + 2 * 8 + 1] == 0x3F);
+        CHECK(got[528 + 2 * 8] == 0x80);
+        CHECK(got[528 + 2 * 9] == 0x82);
+      }
+    }
+  }
+
+  TEST_CASE("reference gather of records: e4m3 * scale rounded once, the bf16 rope converted") {
+    const PagedKVCacheParams c = ds_mla_params(1, 2);
+    ref::HostPagedCache cache(c, 2);
+    td::Rng rng(13);
+    for (auto& b : cache.blocks) b = static_cast<uint8_t>(static_cast<uint8_t>(rng.uniform(0, 255)) & 0xF7);  // no NaN codes
+    // Scales and rope of the gathered row (block 1, offset 1) set by hand.
+    const int64_t r1 = cache.row(1, 0, 0, 1);
+    const float sc[4] = {0x1p-13f, 0.5f, 3.0f, 0x1p20f};
+    std::memcpy(cache.row_data(r1) + 512, sc, 16);
+    for (int i = 0; i < 64; ++i) {
+      const uint16_t h = static_cast<uint16_t>(0x3F80 + i * 3 - 90);
+      std::memcpy(cache.row_data(r1) + 528 + 2 * i, &h, 2);
+    }
+    const std::vector<uint32_t> lut = {1, 0};  // seq 0: page 0 -> block 1, page 1 -> block 0
+    for (DType out : {DType::bf16, DType::f32}) {
+      KvCacheGatherParams gp{c, out, 128};
+      std::vector<uint8_t> y;
+      CHECK(ref::kv_cache_gather(gp, cache, lut, 1, 2, {0, 0, 1}, {1, 9, 0}, 0, 0, y) == 2);
+      const uint8_t* rec = cache.row_data(r1);
+      for (int d = 0; d < 576; ++d) {
+        double want;
+        if (d < 512) {
+          want = e4m3_value_by_hand(rec[d]) * sc[d / 128];  // exact in double; one rounding below
+        } else {
+          uint16_t h;
+          std::memcpy(&h, rec + 528 + 2 * (d - 512), 2);
+          want = td::bf16_to_f32(h);
+        }
+        const float wf = static_cast<float>(want);  // the f32 product
+        const float g = td::decode(out, y.data() + d * dtype_size(out));
+        REQUIRE_MESSAGE(bits(g) == bits(out == DType::f32 ? wf : to_bf16_value(wf)), "dim ", d);
+      }
+      for (int d = 576; d < 3 * 576; ++d) CHECK(std::isnan(td::decode(out, y.data() + d * dtype_size(out))));
+    }
+  }
+
+  TEST_CASE("params: fp8_ds_mla requirements, each refusal naming the param; JSON and names") {
+    auto msg = [](const PagedKVCacheParams& c) { return invalid_message([&] { c.validate("params"); }); };
+    auto has = [](const std::string& m, const char* what) {
+      CHECK_MESSAGE(m.find(what) != std::string::npos, "message: ", m, " lacks: ", what);
+    };
+    CHECK(msg(ds_mla_params()).empty());
+    { auto c = ds_mla_params(); c.quantization_granularity = 0; CHECK(msg(c).empty()); CHECK(c.resolved_quantization_granularity() == 128); }
+    { auto c = ds_mla_params(); c.dtype = DType::bf16; const auto m = msg(c); has(m, "params.dtype"); has(m, "bf16"); has(m, "fp8_e4m3"); }
+    { auto c = ds_mla_params(); c.num_heads = 2; const auto m = msg(c); has(m, "params.num_heads"); has(m, "got 2"); has(m, "fp8_ds_mla"); }
+    { auto c = ds_mla_params(); c.head_size = 512; const auto m = msg(c); has(m, "params.head_size"); has(m, "got 512"); has(m, "576"); }
+    { auto c = ds_mla_params(); c.is_mla = false; const auto m = msg(c); has(m, "params.is_mla"); has(m, "got false"); }
+    { auto c = ds_mla_params(); c.quantization_granularity = 64; const auto m = msg(c); has(m, "params.quantization_granularity"); has(m, "got 64"); has(m, "128"); }
+    { auto c = ds_mla_params(); c.quantization_granularity = 576; has(msg(c), "params.quantization_granularity"); }
+    { auto c = ds_mla_params(); c.scale_fmt = ScaleFmt::fp32; const auto m = msg(c); has(m, "params.scale_fmt"); has(m, "got fp32"); has(m, "ue8m0"); }
+
+    // JSON: "layout" is read, written only when not split, and a bad value names the field.
+    KvCacheStoreParams sp{ds_mla_params(61, 64), DType::bf16, 0};
+    const KernelSpec spec{sp};
+    CHECK(to_json(spec)["params"]["layout"] == "fp8_ds_mla");
+    CHECK(kernel_spec_from_json(to_json(spec)) == spec);
+    CHECK(spec.name() == "kv_cache_store_mla_fp8_e4m3_h1_d576_p64_g128_ue8m0_ds_mla_l61_from_bf16");
+    KvCacheStoreParams split = sp;
+    split.cache.layout = CacheLayout::split;
+    CHECK(to_json(KernelSpec{split})["params"].count("layout") == 0);
+    CHECK(KernelSpec{split}.name() == "kv_cache_store_mla_fp8_e4m3_h1_d576_p64_g128_ue8m0_l61_from_bf16");
+    CHECK(!(KernelSpec{split} == spec));
+    CHECK(KernelSpec{split}.canonical() != spec.canonical());
+    auto j = to_json(KernelSpec{split});
+    j["params"]["layout"] = "split";
+    CHECK(kernel_spec_from_json(j) == KernelSpec{split});
+    j["params"]["layout"] = "fp8_ds";
+    const auto m = invalid_message([&] { kernel_spec_from_json(j); });
+    has(m, "params.layout");
+    has(m, "\"fp8_ds\"");
+    has(m, "split | fp8_ds_mla");
+    j["params"]["layout"] = "fp8_ds_mla";
+    j["params"]["scale_fmt"] = "fp32";
+    has(invalid_message([&] { kernel_spec_from_json(j); }), "kernel.params.scale_fmt");
+    KvCacheGatherParams gp{ds_mla_params(), DType::f32, 0};
+    CHECK(KernelSpec{gp}.name() == "kv_cache_gather_mla_fp8_e4m3_h1_d576_p4_g128_ue8m0_ds_mla_to_f32");
+  }
+
+  TEST_CASE("generated sources: the record kernels for fp8_ds_mla, split sources without the layout") {
+    KvCacheStoreParams sp{ds_mla_params(61, 64), DType::f16, 0};
+    const auto src = generate(KernelSpec{sp});
+    CHECK(src.code.find("mj::kv::KvStoreDsMla<mj::F16, /*page_size*/ 64, /*num_layers*/ 61, /*threads*/ 128>") !=
+          std::string::npos);
+    CHECK(src.code.find("\"layout\":\"fp8_ds_mla\"") != std::string::npos);
+    KvCacheGatherParams gp{ds_mla_params(2, 16), DType::bf16, 256};
+    CHECK(generate(KernelSpec{gp}).code.find("mj::kv::KvGatherDsMla<mj::Bf16, /*page_size*/ 16, /*num_layers*/ 2, "
+                                             "/*threads*/ 256>") != std::string::npos);
+    KvCacheStoreParams split = sp;
+    split.cache.layout = CacheLayout::split;
+    const auto s2 = generate(KernelSpec{split});
+    CHECK(s2.code.find("layout") == std::string::npos);
+    CHECK(s2.code.find("DsMla") == std::string::npos);
+  }
+
+  TEST_CASE("kv_cache_store / kv_cache_gather views for fp8_ds_mla: records in u8 blocks, no scales") {
+    alignas(256) static char fake[256];
+    void* ptr = fake;
+    KvCacheStoreParams sp{ds_mla_params(2, 64), DType::bf16, 0};
+    TensorView x(ptr, DType::bf16, {10, 1, 576}), off(ptr, DType::u32, {3}), dropped(ptr, DType::u32, {1});
+    ops::PagedCacheView cache;
+    cache.blocks = TensorView(ptr, DType::u8, {5, 1, 2, 64, 656});
+    cache.lookup_table = TensorView(ptr, DType::u32, {2, 3});
+    cache.cache_lengths = TensorView(ptr, DType::u32, {2});
+    auto store = [&](const ops::PagedCacheView& v) {
+      return invalid_message([&] { ops::kv_cache_store(sp, x, off, v, 1, 0, dropped); });
+    };
+    auto has = [](const std::string& m, const char* what) {
+      CHECK_MESSAGE(m.find(what) != std::string::npos, "message: ", m, " lacks: ", what);
+    };
+    { auto v = cache; v.scales = TensorView(ptr, DType::f32, {5, 1, 2, 64, 1, 5}); const auto m = store(v); has(m, "cache.scales"); has(m, "fp8_ds_mla"); }
+    { auto v = cache; v.blocks = TensorView(ptr, DType::u8, {5, 1, 2, 64, 655}); const auto m = store(v); has(m, "cache.blocks dim 4"); has(m, "656"); }
+    { auto v = cache; v.blocks = TensorView(ptr, DType::u8, {5, 1, 3, 64, 656}); has(store(v), "cache.blocks dim 2"); }
+    { auto v = cache; v.blocks = TensorView(ptr, DType::u8, {5, 1, 2, 32, 656}); has(store(v), "cache.blocks dim 3"); }
+    { auto v = cache; v.blocks = TensorView(ptr, DType::u8, {5, 2, 2, 64, 656}); has(store(v), "cache.blocks dim 1"); }
+    { auto v = cache; v.blocks = TensorView(ptr, DType::bf16, {5, 1, 2, 64, 656}); const auto m = store(v); has(m, "cache.blocks dtype"); has(m, "u8"); }
+    { auto v = cache; v.blocks = TensorView(ptr, DType::u8, {5, 1, 2, 64, 1, 576}); has(store(v), "cache.blocks rank"); }
+    { auto v = cache; v.blocks = TensorView(ptr, DType::u8, {5 * 64, 656}); has(store(v), "cache.blocks rank"); }
+    { auto v = cache; v.blocks = TensorView(ptr, DType::u8, {5, 64, 656}); has(store(v), "cache.blocks rank"); }  // 2 layers
+    { auto v = cache; v.blocks.data = fake + 8; has(store(v), "cache.blocks address"); }
+    { auto xx = TensorView(fake + 8, DType::bf16, {10, 1, 576}); has(invalid_message([&] { ops::kv_cache_store(sp, xx, off, cache, 1, 0, dropped); }), "x address"); }
+    has(invalid_message([&] { ops::kv_cache_store(sp, x, off, cache, 0, 1, dropped); }), "kv_idx");
+    // One layer: [num_blocks, page_size, 656] and [num_blocks, page_size, 1, 656] (and fp8_e4m3
+    // bytes) pass the blocks checks: the first refusal is the layer_idx checked after them.
+    KvCacheGatherParams gp{ds_mla_params(1, 64), DType::bf16, 0};
+    TensorView y(ptr, DType::bf16, {4, 1, 576}), ids(ptr, DType::u32, {4}), pos(ptr, DType::u32, {4});
+    for (const TensorView& b : {TensorView(ptr, DType::u8, {5, 64, 656}), TensorView(ptr, DType::u8, {5, 64, 1, 656}),
+                                TensorView(ptr, DType::fp8_e4m3, {5, 1, 1, 64, 656})}) {
+      auto v = cache;
+      v.blocks = b;
+      const auto m = invalid_message([&] { ops::kv_cache_gather(gp, v, ids, pos, /*layer*/ 1, 0, y, TensorView()); });
+      CHECK_MESSAGE(m.rfind("layer_idx", 0) == 0, m);
+    }
+    { auto v = cache; v.blocks = TensorView(ptr, DType::u8, {5, 64, 2, 656}); has(invalid_message([&] { ops::kv_cache_gather(gp, v, ids, pos, 0, 0, y, TensorView()); }), "cache.blocks dim 2"); }
   }
 }

@@ -132,8 +132,8 @@ nlohmann::json bench_kv_cache(const std::string& op_name_arg, const KvCacheBench
 
   // ---- bytes moved by one launch ------------------------------------------------------------------
   const int64_t elems = T * c.num_heads * c.head_size;
-  const int64_t cache_bytes = elems * static_cast<int64_t>(dtype_size(c.dtype));
-  const int64_t scale_bytes = c.quantized() ? T * c.num_heads * c.head_dim_granularity() * 4 : 0;
+  const int64_t cache_bytes = T * static_cast<int64_t>(c.row_bytes());
+  const int64_t scale_bytes = c.split_scales() ? T * c.num_heads * c.head_dim_granularity() * 4 : 0;
   const int64_t io_bytes = elems * static_cast<int64_t>(dtype_size(s.io_dtype));
   const int64_t bytes_read = op == Op::kv_cache_store ? io_bytes : cache_bytes + scale_bytes + T * 8;
   const int64_t bytes_written = op == Op::kv_cache_store ? cache_bytes + scale_bytes : io_bytes;
@@ -144,8 +144,8 @@ nlohmann::json bench_kv_cache(const std::string& op_name_arg, const KvCacheBench
   const int sets = static_cast<int>(std::min<int64_t>(1 + (2 * l2 + bytes - 1) / bytes, 16));
 
   const size_t rows = static_cast<size_t>(num_blocks) * c.kv_dim() * c.num_layers * c.page_size;
-  const size_t blocks_bytes = rows * c.num_heads * c.head_size * dtype_size(c.dtype);
-  const size_t scales_bytes = c.quantized() ? rows * c.num_heads * c.head_dim_granularity() * 4 : 0;
+  const size_t blocks_bytes = rows * c.row_bytes();
+  const size_t scales_bytes = c.split_scales() ? rows * c.num_heads * c.head_dim_granularity() * 4 : 0;
   const auto input = random_input(sp.input_dtype, static_cast<size_t>(elems), 11);
   std::vector<BufferSet> set(sets);
   for (auto& b : set) {
@@ -162,9 +162,11 @@ nlohmann::json bench_kv_cache(const std::string& op_name_arg, const KvCacheBench
 
   auto view_of = [&](BufferSet& b) {
     ops::PagedCacheView v;
-    v.blocks = TensorView(b.blocks.get(), c.dtype,
-                          {num_blocks, c.kv_dim(), c.num_layers, c.page_size, c.num_heads, c.head_size});
-    if (c.quantized())
+    v.blocks = c.ds_mla() ? TensorView(b.blocks.get(), DType::u8,
+                                       {num_blocks, 1, c.num_layers, c.page_size, PagedKVCacheParams::kDsMlaRecordBytes})
+                          : TensorView(b.blocks.get(), c.dtype,
+                                       {num_blocks, c.kv_dim(), c.num_layers, c.page_size, c.num_heads, c.head_size});
+    if (c.split_scales())
       v.scales = TensorView(b.scales.get(), DType::f32,
                             {num_blocks, c.kv_dim(), c.num_layers, c.page_size, c.num_heads, c.head_dim_granularity()});
     v.lookup_table = TensorView(d_lut.get(), DType::u32, {batch, pages_per_seq});

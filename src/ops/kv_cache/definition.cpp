@@ -45,6 +45,7 @@ std::string cache_name(std::string_view op, const PagedKVCacheParams& c) {
   std::string s = fmt::format("{}_{}_{}_h{}_d{}_p{}", op, c.is_mla ? "mla" : "mha", dtype_name(c.dtype), c.num_heads,
                               c.head_size, c.page_size);
   if (c.quantized()) s += fmt::format("_g{}_{}", c.resolved_quantization_granularity(), scale_fmt_name(c.scale_fmt));
+  if (c.ds_mla()) s += "_ds_mla";  // absent: the split layout
   if (c.num_layers != 1) s += fmt::format("_l{}", c.num_layers);  // absent: one layer
   return s;
 }

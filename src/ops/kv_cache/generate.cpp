@@ -43,6 +43,13 @@ std::string layout_comment(const PagedKVCacheParams& c) {
   return s + "\n";
 }
 
+// Layout fp8_ds_mla: one 656-byte record per token (SPEC §1).
+std::string ds_mla_layout_comment(const PagedKVCacheParams& c) {
+  return fmt::format("// cache: layout fp8_ds_mla, u8 blocks [num_blocks, 1, {}, {}, 656]: per token 512 e4m3, "
+                     "4 f32 ue8m0 tile scales, 64 bf16\n",
+                     c.num_layers, c.page_size);
+}
+
 // One extern "C" entry taking the args struct by value, bounded to `threads` per block.
 std::string entry(const char* symbol, const char* args_type, const char* kernel_type, int threads) {
   return fmt::format(
@@ -66,6 +73,16 @@ KernelSource generate_kv_cache(const KernelSpec& spec) {
         using T = std::decay_t<decltype(p)>;
         if constexpr (std::is_same_v<T, KvCacheStoreParams>) {
           const auto& c = p.cache;
+          if (c.ds_mla()) {
+            body = fmt::format(
+                "// kv_cache_store: x {} [T, 1, 576] -> cache\n{}"
+                "using KvCacheStoreKernel = mj::kv::KvStoreDsMla<{}, /*page_size*/ {}, /*num_layers*/ {}, "
+                "/*threads*/ {}>;\n\n{}",
+                dtype_name(p.input_dtype), ds_mla_layout_comment(c), elem_tag(p.input_dtype), c.page_size,
+                c.num_layers, p.threads, entry("kv_cache_store", "KvCacheStoreArgs", "KvCacheStoreKernel", p.threads));
+            src.entries.push_back({"kv_cache_store", static_cast<unsigned>(p.threads), 0});
+            return;
+          }
           body = fmt::format(
               "// kv_cache_store: x {} [T, {}, {}] -> cache\n{}"
               "using KvCacheStoreKernel = mj::kv::KvStore<{}, {}, {}, /*ue8m0*/ {}, /*threads*/ {}>;\n\n{}",
@@ -75,6 +92,16 @@ KernelSource generate_kv_cache(const KernelSpec& spec) {
           src.entries.push_back({"kv_cache_store", static_cast<unsigned>(p.threads), 0});
         } else if constexpr (std::is_same_v<T, KvCacheGatherParams>) {
           const auto& c = p.cache;
+          if (c.ds_mla()) {
+            body = fmt::format(
+                "// kv_cache_gather: cache -> y {} [T, 1, 576]\n{}"
+                "using KvCacheGatherKernel = mj::kv::KvGatherDsMla<{}, /*page_size*/ {}, /*num_layers*/ {}, "
+                "/*threads*/ {}>;\n\n{}",
+                dtype_name(p.output_dtype), ds_mla_layout_comment(c), elem_tag(p.output_dtype), c.page_size,
+                c.num_layers, p.threads, entry("kv_cache_gather", "KvCacheGatherArgs", "KvCacheGatherKernel", p.threads));
+            src.entries.push_back({"kv_cache_gather", static_cast<unsigned>(p.threads), 0});
+            return;
+          }
           body = fmt::format(
               "// kv_cache_gather: cache -> y {} [T, {}, {}]\n{}"
               "using KvCacheGatherKernel = mj::kv::KvGather<{}, {}, {}, /*threads*/ {}>;\n\n{}",

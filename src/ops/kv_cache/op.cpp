@@ -63,8 +63,46 @@ TableDims expect_lookup_table(const TensorView& lut) {
   return {static_cast<int>(lut.shape[0]), static_cast<int>(lut.shape[1])};
 }
 
+// Layout fp8_ds_mla: blocks are u8 records (fp8_e4m3 is taken too: the same bytes, as FlashMLA
+// types them), [num_blocks, 1, num_layers, page_size, 656]; with one layer also [num_blocks,
+// page_size, 656] (vLLM's shape) or [num_blocks, page_size, 1, 656] (FlashMLA's). No scales.
+int64_t expect_ds_mla_storage(const PagedKVCacheParams& c, const PagedCacheView& cache) {
+  const TensorView& blocks = cache.blocks;
+  const char* what = "cache.blocks";
+  if (blocks.dtype != DType::u8 && blocks.dtype != DType::fp8_e4m3)
+    throw_invalid("cache.blocks dtype", dtype_name(blocks.dtype),
+                  "u8 (or fp8_e4m3: the same bytes) for layout fp8_ds_mla");
+  const int rec = PagedKVCacheParams::kDsMlaRecordBytes;
+  if (blocks.ndim == 5) {
+    expect_dim(blocks, 1, 1, what);
+    expect_dim(blocks, 2, c.num_layers, what);
+    expect_dim(blocks, 3, c.page_size, what);
+    expect_dim(blocks, 4, rec, what);
+  } else if (c.num_layers == 1 && blocks.ndim == 3) {
+    expect_dim(blocks, 1, c.page_size, what);
+    expect_dim(blocks, 2, rec, what);
+  } else if (c.num_layers == 1 && blocks.ndim == 4) {
+    expect_dim(blocks, 1, c.page_size, what);
+    expect_dim(blocks, 2, 1, what);
+    expect_dim(blocks, 3, rec, what);
+  } else {
+    throw_invalid("cache.blocks rank", blocks.ndim,
+                  c.num_layers == 1 ? "5 ([num_blocks, 1, num_layers, page_size, 656]), 3 ([num_blocks, page_size, "
+                                      "656]) or 4 ([num_blocks, page_size, 1, 656]) for layout fp8_ds_mla"
+                                    : "5 ([num_blocks, 1, num_layers, page_size, 656]) for layout fp8_ds_mla");
+  }
+  expect_contiguous(blocks, what);
+  expect_nonnull(blocks, what);
+  expect_aligned(blocks, 16, what);
+  if (!cache.scales.empty())
+    throw_invalid("cache.scales", cache.scales.describe(),
+                  "no scales (an empty view): layout fp8_ds_mla keeps them in its records");
+  return blocks.shape[0];
+}
+
 // blocks (and for fp8 scales) against the cache params; returns num_blocks.
 int64_t expect_cache_storage(const PagedKVCacheParams& c, const PagedCacheView& cache, size_t block_align) {
+  if (c.ds_mla()) return expect_ds_mla_storage(c, cache);
   const TensorView& blocks = cache.blocks;
   expect_dtype(blocks, c.dtype, "cache.blocks");
   expect_ndim(blocks, 6, "cache.blocks");
@@ -95,6 +133,14 @@ void expect_layer_kv(const PagedKVCacheParams& c, int layer_idx, int kv_idx) {
                 fmt::format("an integer in [0, kv_dim={})", c.kv_dim()));
 }
 
+// Layout fp8_ds_mla: one warp per token (templates/kv_cache/plan.h).
+unsigned ds_mla_grid(int64_t num_tokens, int threads, const char* what) {
+  const int64_t per_block = mj::kv::ds_mla_tokens_per_block(threads);
+  const int64_t blocks = (num_tokens + per_block - 1) / per_block;
+  MLAJIT_EXPECT(blocks <= kMaxGridX, what, num_tokens, fmt::format("at most {} tokens per launch", kMaxGridX * per_block));
+  return static_cast<unsigned>(blocks);
+}
+
 unsigned grid_for(int64_t num_tokens, const mj::kv::Plan& plan, const char* what) {
   const int64_t segs = num_tokens * plan.segs_per_token;
   const int64_t blocks = (segs + plan.segs_per_block - 1) / plan.segs_per_block;
@@ -117,7 +163,9 @@ void kv_cache_store(const KvCacheStoreParams& requested, const TensorView& x, co
   const mj::kv::Plan plan = mj::kv::make_plan(in_bytes, cache_bytes, c.num_heads, c.head_size, c.quantized(),
                                               c.resolved_quantization_granularity(), p.threads);
 
-  const int64_t num_tokens = expect_token_rows(x, p.input_dtype, c, static_cast<size_t>(plan.vec) * in_bytes, "x");
+  // fp8_ds_mla: 16-byte accesses to x rows and records.
+  const int64_t num_tokens =
+      expect_token_rows(x, p.input_dtype, c, c.ds_mla() ? 16 : static_cast<size_t>(plan.vec) * in_bytes, "x");
 
   const TableDims table = expect_lookup_table(cache.lookup_table);
   expect_tensor(input_row_offsets, DType::u32, {int64_t{table.batch} + 1}, "input_row_offsets");
@@ -125,7 +173,8 @@ void kv_cache_store(const KvCacheStoreParams& requested, const TensorView& x, co
   const int64_t num_blocks = expect_cache_storage(c, cache, static_cast<size_t>(plan.vec) * cache_bytes);
   expect_layer_kv(c, layer_idx, kv_idx);
   expect_counter(dropped);
-  const unsigned grid = grid_for(num_tokens, plan, "x dim 0 (tokens)");
+  const unsigned grid =
+      c.ds_mla() ? ds_mla_grid(num_tokens, p.threads, "x dim 0 (tokens)") : grid_for(num_tokens, plan, "x dim 0 (tokens)");
   if (num_tokens == 0) return;
 
   KvCacheStoreArgs args{};
@@ -157,7 +206,8 @@ void kv_cache_gather(const KvCacheGatherParams& requested, const PagedCacheView&
   const mj::kv::Plan plan = mj::kv::make_plan(cache_bytes, out_bytes, c.num_heads, c.head_size, c.quantized(),
                                               c.resolved_quantization_granularity(), p.threads);
 
-  const int64_t num_tokens = expect_token_rows(y, p.output_dtype, c, static_cast<size_t>(plan.vec) * out_bytes, "y");
+  const int64_t num_tokens =
+      expect_token_rows(y, p.output_dtype, c, c.ds_mla() ? 16 : static_cast<size_t>(plan.vec) * out_bytes, "y");
   expect_tensor(batch_ids, DType::u32, {num_tokens}, "batch_ids");
   expect_tensor(positions, DType::u32, {num_tokens}, "positions");
 
@@ -168,7 +218,8 @@ void kv_cache_gather(const KvCacheGatherParams& requested, const PagedCacheView&
   const int64_t num_blocks = expect_cache_storage(c, cache, static_cast<size_t>(plan.vec) * cache_bytes);
   expect_layer_kv(c, layer_idx, kv_idx);
   expect_counter(dropped);
-  const unsigned grid = grid_for(num_tokens, plan, "y dim 0 (tokens)");
+  const unsigned grid =
+      c.ds_mla() ? ds_mla_grid(num_tokens, p.threads, "y dim 0 (tokens)") : grid_for(num_tokens, plan, "y dim 0 (tokens)");
   if (num_tokens == 0) return;
 
   KvCacheGatherArgs args{};

@@ -51,16 +51,15 @@ struct PagedCache {
     // The last layer and kv index, so that a kernel that forgets either stride writes elsewhere.
     layer_idx = p.num_layers - 1;
     kv_idx = p.kv_dim() - 1;
-    blocks = DeviceBuffer(static_cast<size_t>(num_blocks) * p.kv_dim() * p.num_layers * p.page_size * p.num_heads *
-                          p.head_size * dtype_size(p.dtype));
-    if (p.quantized())
+    blocks = DeviceBuffer(static_cast<size_t>(num_blocks) * p.kv_dim() * p.num_layers * p.page_size * p.row_bytes());
+    if (p.split_scales())
       scales = DeviceBuffer(static_cast<size_t>(num_blocks) * p.kv_dim() * p.num_layers * p.page_size * p.num_heads *
                             p.head_dim_granularity() * sizeof(float));
     lut_d = data::upload(lut);
     lengths_d = data::upload(cache_lengths);
   }
 
-  size_t slab_bytes() const { return static_cast<size_t>(p.page_size) * p.num_heads * p.head_size * dtype_size(p.dtype); }
+  size_t slab_bytes() const { return static_cast<size_t>(p.page_size) * p.row_bytes(); }
   size_t scale_slab_bytes() const {
     return static_cast<size_t>(p.page_size) * p.num_heads * p.head_dim_granularity() * sizeof(float);
   }
@@ -72,8 +71,9 @@ struct PagedCache {
   ops::PagedCacheView view() const {
     ops::PagedCacheView v;
     const int64_t bdims[6] = {num_blocks, p.kv_dim(), p.num_layers, p.page_size, p.num_heads, p.head_size};
-    v.blocks = TensorView(blocks.get(), p.dtype, bdims, 6);
-    if (p.quantized()) {
+    const int64_t rdims[5] = {num_blocks, 1, p.num_layers, p.page_size, PagedKVCacheParams::kDsMlaRecordBytes};
+    v.blocks = p.ds_mla() ? TensorView(blocks.get(), DType::u8, rdims, 5) : TensorView(blocks.get(), p.dtype, bdims, 6);
+    if (p.split_scales()) {
       const int64_t sdims[6] = {num_blocks, p.kv_dim(), p.num_layers, p.page_size, p.num_heads, p.head_dim_granularity()};
       v.scales = TensorView(scales.get(), DType::f32, sdims, 6);
     }
@@ -83,11 +83,12 @@ struct PagedCache {
   }
 
   // Random values (and positive scales) in the (layer_idx, kv_idx) slab of every block; the rest
-  // of the cache is never read.
+  // of the cache is never read. fp8_ds_mla records are filled with random finite e4m3 bytes: no
+  // byte is 0x7F or 0xFF, so their f32 scales and bf16 rope values are finite too.
   void fill_random(data::Rng& rng) {
     blocks.fill_bytes(0);
     for (int64_t b = 0; b < num_blocks; ++b) data::fill_random(blocks, p.dtype, rng, slab(b) * slab_bytes(), slab_bytes());
-    if (p.quantized()) {
+    if (p.split_scales()) {
       scales.fill_bytes(0);
       std::vector<float> s(scale_slab_bytes() / sizeof(float));
       for (int64_t b = 0; b < num_blocks; ++b) {
@@ -99,7 +100,7 @@ struct PagedCache {
 
   // The (layer_idx, kv_idx) slabs of every block, blocks then scales.
   std::vector<uint8_t> read_slabs() const {
-    const size_t sb = slab_bytes(), ssb = p.quantized() ? scale_slab_bytes() : 0;
+    const size_t sb = slab_bytes(), ssb = p.split_scales() ? scale_slab_bytes() : 0;
     std::vector<uint8_t> out(static_cast<size_t>(num_blocks) * (sb + ssb));
     const bool whole = p.kv_dim() * p.num_layers == 1;  // one slab per block: read in one copy
     if (whole) {
@@ -150,7 +151,7 @@ class KvStoreWorkload : public Workload {
   }
   void poison_output() override {
     cache_->blocks.fill_bytes(0xFF);
-    if (p_.cache.quantized()) cache_->scales.fill_bytes(0xFF);
+    if (p_.cache.split_scales()) cache_->scales.fill_bytes(0xFF);
     dropped_.fill_bytes(0);
   }
   std::vector<uint8_t> read_output() const override {
@@ -166,8 +167,8 @@ class KvStoreWorkload : public Workload {
   double bytes_moved() const override {
     const auto& c = p_.cache;
     const double elems = static_cast<double>(tokens_) * c.num_heads * c.head_size;
-    return elems * (dtype_size(p_.input_dtype) + dtype_size(c.dtype)) +
-           (c.quantized() ? static_cast<double>(tokens_) * c.num_heads * c.head_dim_granularity() * 4 : 0.0);
+    return elems * dtype_size(p_.input_dtype) + static_cast<double>(tokens_) * c.row_bytes() +
+           (c.split_scales() ? static_cast<double>(tokens_) * c.num_heads * c.head_dim_granularity() * 4 : 0.0);
   }
   double flops() const override { return 0; }
 
@@ -227,8 +228,8 @@ class KvGatherWorkload : public Workload {
   double bytes_moved() const override {
     const auto& c = p_.cache;
     const double elems = static_cast<double>(tokens_) * c.num_heads * c.head_size;
-    return elems * (dtype_size(c.dtype) + dtype_size(p_.output_dtype)) + static_cast<double>(tokens_) * 8 +
-           (c.quantized() ? static_cast<double>(tokens_) * c.num_heads * c.head_dim_granularity() * 4 : 0.0);
+    return elems * dtype_size(p_.output_dtype) + static_cast<double>(tokens_) * (c.row_bytes() + 8) +
+           (c.split_scales() ? static_cast<double>(tokens_) * c.num_heads * c.head_dim_granularity() * 4 : 0.0);
   }
   double flops() const override { return 0; }
 

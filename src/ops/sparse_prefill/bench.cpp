@@ -134,7 +134,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
   p.kv_staging = a.kv_staging;
   p.kv_layout = a.kv_layout;
   p.validate();
-  const bool ds_mla = p.kv_layout == KvLayout::fp8_ds_mla;
+  const bool ds_mla = p.kv_layout == CacheLayout::fp8_ds_mla;
   const sparse_prefill::Path requested = sparse_prefill::parse_path(a.path, "path");
   const sparse_prefill::StageRows stage_rows = sparse_prefill::parse_stage_rows(a.stage_rows, "stage_rows");
   MLAJIT_EXPECT(stage_rows == sparse_prefill::StageRows::automatic || p.kv_staging == KvStaging::bf16, "stage_rows",

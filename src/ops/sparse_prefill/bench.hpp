@@ -35,7 +35,7 @@ struct SparsePrefillBenchArgs {
   KvStaging kv_staging = KvStaging::none;
   std::string stage_rows = "auto";
   // fp8_ds_mla: the cache holds FlashMLA's 656-byte records (kv_dtype fp8_e4m3, granularity 128).
-  KvLayout kv_layout = KvLayout::split;
+  CacheLayout kv_layout = CacheLayout::split;
   bool attn_sink = false;
   bool emit_lse = true;
   int reps = 20;

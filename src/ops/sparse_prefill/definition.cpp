@@ -29,7 +29,7 @@ void SparsePrefillParams::validate() const {
   MLAJIT_EXPECT(b_topk == 64, "params.b_topk", b_topk,
                 "64 (the keys each pipeline step of the kernels processes, fixed at 64)");
   check_page_size(page_size, "params.page_size");
-  if (kv_layout == KvLayout::fp8_ds_mla) {
+  if (kv_layout == CacheLayout::fp8_ds_mla) {
     MLAJIT_EXPECT(kv_dtype == DType::fp8_e4m3, "params.kv_dtype", dtype_name(kv_dtype),
                   "fp8_e4m3 with kv_layout fp8_ds_mla (its records hold e4m3 latents)");
     MLAJIT_EXPECT(quantization_granularity == 128, "params.quantization_granularity", quantization_granularity,
@@ -59,7 +59,7 @@ void SparsePrefillParams::validate() const {
                   "0 (unit scales) or 576 (one scale per row) with qk_math fp8 (group scales are not supported "
                   "in FP8 math: use qk_math bf16 for them)");
   }
-  if (kv_layout == KvLayout::fp8_ds_mla) {
+  if (kv_layout == CacheLayout::fp8_ds_mla) {
     // The record holds e4m3 latents with one f32 scale per 128 elements and the rope dims as bf16
     // (checked above); only the 16-bit Hopper kernel reads records.
     MLAJIT_EXPECT(qk_math == QkMath::bf16, "params.qk_math", qk_math == QkMath::fp8 ? "fp8" : "bf16",
@@ -78,7 +78,7 @@ void SparsePrefillParams::validate() const {
 }
 
 int SparsePrefillParams::row_bytes() const {
-  return kv_layout == KvLayout::fp8_ds_mla ? 656 : qk_depth * static_cast<int>(dtype_size(kv_dtype));
+  return kv_layout == CacheLayout::fp8_ds_mla ? 656 : qk_depth * static_cast<int>(dtype_size(kv_dtype));
 }
 
 namespace ops {
@@ -110,7 +110,7 @@ const OpDefinition& sparse_prefill_definition() {
         // Only the opt-in modes are marked.
         if (p.qk_math == QkMath::fp8) s += "_fp8math";
         if (p.kv_staging == KvStaging::bf16) s += "_stagebf16";
-        if (p.kv_layout == KvLayout::fp8_ds_mla) s += "_dsmla";
+        if (p.kv_layout == CacheLayout::fp8_ds_mla) s += "_dsmla";
         return s;
       },
       generate_sparse_prefill,

@@ -67,7 +67,7 @@ std::string sm90_part(const SparsePrefillParams& p, const sparse_prefill::Sm90Pl
       plan.head_tiles, plan.threads, plan.smem_bytes, p.num_q_heads, cpp_bool(fp8), fp8 ? p.quantization_granularity : 0,
       cpp_bool(p.attn_sink), cpp_bool(p.emit_lse), p.page_size, cpp_bool(p.qk_math == QkMath::fp8),
       cpp_bool(fp8 && p.scale_fmt == ScaleFmt::ue8m0),
-      p.kv_layout == KvLayout::fp8_ds_mla ? ", /*ds_mla*/ true" : "", plan.smem_bytes, plan.threads, plan.head_tiles,
+      p.kv_layout == CacheLayout::fp8_ds_mla ? ", /*ds_mla*/ true" : "", plan.smem_bytes, plan.threads, plan.head_tiles,
       cpp_bool(plan.persistent), plan.threads, sparse_prefill::kSymbolSm90);
 }
 

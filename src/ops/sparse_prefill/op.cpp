@@ -81,19 +81,28 @@ SparsePrefillArgs make_args(const SparsePrefillParams& p, const TensorView& q, c
   expect_aligned(q, 16, "q");
 
   // The latent cache: blocks [num_blocks, 1, num_layers, page_size, 1, 576] of kv_dtype, or with
-  // kv_layout fp8_ds_mla [..., 1, 656] fp8_e4m3 bytes (one 656-byte record per row).
-  const bool ds_mla = p.kv_layout == KvLayout::fp8_ds_mla;
+  // kv_layout fp8_ds_mla the records kv_cache_store writes: u8 [num_blocks, 1, num_layers,
+  // page_size, 656] (also as fp8_e4m3 bytes, or with the head dim [..., page_size, 1, 656]).
+  const bool ds_mla = p.kv_layout == CacheLayout::fp8_ds_mla;
   const TensorView& blocks = kv.blocks;
-  expect_dtype(blocks, p.kv_dtype, "kv.blocks");
-  expect_ndim(blocks, 6, "kv.blocks");
+  if (ds_mla) {
+    MLAJIT_EXPECT(blocks.dtype == DType::u8 || blocks.dtype == DType::fp8_e4m3, "kv.blocks dtype",
+                  dtype_name(blocks.dtype), "u8 (or fp8_e4m3 bytes) with kv_layout fp8_ds_mla");
+    MLAJIT_EXPECT(blocks.ndim == 5 || blocks.ndim == 6, "kv.blocks ndim", blocks.ndim,
+                  "5 ([num_blocks, 1, num_layers, page_size, 656]) or 6 (with a head dim of 1 before the 656 "
+                  "record bytes) with kv_layout fp8_ds_mla");
+  } else {
+    expect_dtype(blocks, p.kv_dtype, "kv.blocks");
+    expect_ndim(blocks, 6, "kv.blocks");
+  }
   const int64_t num_blocks = blocks.shape[0];
   MLAJIT_EXPECT(num_blocks >= 1, "kv.blocks dim 0 (num_blocks)", num_blocks, "at least 1 block");
   expect_dim(blocks, 1, 1, "kv.blocks");  // is_mla: kv_dim 1
   const int64_t num_layers = blocks.shape[2];
   MLAJIT_EXPECT(num_layers >= 1, "kv.blocks dim 2 (num_layers)", num_layers, "at least 1 layer");
   expect_dim(blocks, 3, p.page_size, "kv.blocks");
-  expect_dim(blocks, 4, 1, "kv.blocks");  // one latent head
-  expect_dim(blocks, 5, ds_mla ? 656 : kQkDepth, "kv.blocks");
+  if (blocks.ndim == 6) expect_dim(blocks, 4, 1, "kv.blocks");  // one latent head
+  expect_dim(blocks, blocks.ndim - 1, ds_mla ? 656 : kQkDepth, "kv.blocks");
   expect_contiguous(blocks, "kv.blocks");
   expect_nonnull(blocks, "kv.blocks");
   expect_aligned(blocks, 16, "kv.blocks");

@@ -33,7 +33,7 @@ bool sm90_supported(const SparsePrefillParams& spec_params) {
 }
 
 bool portable_supported(const SparsePrefillParams& p) {
-  return p.qk_math != QkMath::fp8 && p.kv_layout != KvLayout::fp8_ds_mla;
+  return p.qk_math != QkMath::fp8 && p.kv_layout != CacheLayout::fp8_ds_mla;
 }
 
 bool persistent_kernel(const SparsePrefillParams& p) { return sm90_supported(p) && sm90_plan(p).persistent; }
