@@ -199,7 +199,7 @@ mlajit_status sparse_prefill_call(const char* fn, bool has_workspace, mlajit_op 
   return guarded_on(op, [&] {
     const auto& p = params_of<mlajit::SparsePrefillParams>(op, fn);
     need(q, "q");
-    need_cache(kv, "kv", p.kv_dtype == mlajit::DType::fp8_e4m3 && p.quantization_granularity > 0, false, false);
+    need_cache(kv, "kv", p.scales_per_token() > 0, false, false);  // (fp8_ds_mla records hold their scales)
     need(indices, "indices");
     need(topk_lengths, "topk_lengths");
     if (p.attn_sink) need(attn_sink, "attn_sink");

@@ -88,6 +88,40 @@ inline void fill_random(driver::DeviceBuffer& buf, DType t, Rng& rng, size_t off
   }
 }
 
+// Fills `buf` with random fp8_ds_mla records (656 bytes: 512 e4m3 without NaN codes, 4 f32 scales,
+// 64 bf16 rope dims in [-2, 2]): scales in [1/4, 1], or 1/2 or 1 when `pow2_scales` (a ue8m0
+// spec's promise). A tile of 4099 records repeats (odd, so repeats do not line up with pages).
+inline void fill_random_ds_mla(driver::DeviceBuffer& buf, bool pow2_scales, Rng& rng) {
+  constexpr size_t kRec = 656;
+  const size_t rows = buf.size() / kRec, tile_rows = std::min<size_t>(rows, 4099);
+  std::vector<uint8_t> tile(tile_rows * kRec);
+  for (size_t r = 0; r < tile_rows; ++r) {
+    uint8_t* rec = tile.data() + r * kRec;
+    for (int d = 0; d < 512; ++d) {
+      uint8_t x = static_cast<uint8_t>(rng.below(256));
+      if ((x & 0x7F) == 0x7F) x ^= 1;  // 0x7F / 0xFF are NaN in e4m3
+      rec[d] = x;
+    }
+    for (int g = 0; g < 4; ++g) {
+      float sc = rng.uniform(0.25f, 1.0f);
+      if (pow2_scales) sc = sc <= 0.5f ? 0.5f : 1.0f;
+      std::memcpy(rec + 512 + 4 * g, &sc, 4);
+    }
+    for (int d = 0; d < 64; ++d) {
+      const float v = rng.uniform(-2.0f, 2.0f);
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      const uint16_t h = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);  // RNE to bf16
+      std::memcpy(rec + 528 + 2 * d, &h, 2);
+    }
+  }
+  for (size_t done = 0; done < rows * kRec;) {
+    const size_t n = std::min(tile.size(), rows * kRec - done);
+    buf.upload(tile.data(), n, done);
+    done += n;
+  }
+}
+
 template <typename T>
 driver::DeviceBuffer upload(const std::vector<T>& v) {
   driver::DeviceBuffer b(std::max<size_t>(v.size() * sizeof(T), 4));

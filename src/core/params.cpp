@@ -48,8 +48,6 @@ struct EnumNames<KvStaging> {
   static constexpr std::pair<KvStaging, const char*> v[] = {{KvStaging::none, "none"}, {KvStaging::bf16, "bf16"}};
 };
 
-};
-
 template <typename E>
 const char* enum_name(E e) {
   for (auto& [k, n] : EnumNames<E>::v)

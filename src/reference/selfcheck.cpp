@@ -280,8 +280,12 @@ CheckResult check_op(const SparsePrefillParams& p, uint64_t seed) {
   out.fill_bytes(testdata::kPoisonByte);
   lse.fill_bytes(testdata::kPoisonByte);
   ops::PagedCacheView kv;
-  kv.blocks = TensorView(blocks.get(), p.kv_dtype, {pb.num_blocks, 1, pb.num_layers, p.page_size, 1, 576});
-  if (p.kv_dtype == DType::fp8_e4m3 && p.quantization_granularity > 0)
+  if (p.kv_layout == CacheLayout::fp8_ds_mla) {  // the records kv_cache_store writes: u8 [.., page_size, 656]
+    kv.blocks = TensorView(blocks.get(), DType::u8, {pb.num_blocks, 1, pb.num_layers, p.page_size, 656});
+  } else {
+    kv.blocks = TensorView(blocks.get(), p.kv_dtype, {pb.num_blocks, 1, pb.num_layers, p.page_size, 1, 576});
+  }
+  if (p.scales_per_token() > 0)
     kv.scales = TensorView(scales.get(), DType::f32, {pb.num_blocks, 1, pb.num_layers, p.page_size, 1, p.scales_per_token()});
   Timer t;
   ops::sparse_prefill(p, TensorView(q.get(), DType::bf16, {T, H, 576}), kv,

@@ -173,29 +173,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
   const size_t rows = static_cast<size_t>(num_blocks * layers * p.page_size);
   driver::DeviceBuffer blocks(rows * static_cast<size_t>(p.row_bytes()));
   if (ds_mla) {
-    // Records: random e4m3 latents (no NaN codes), scales 1/2 or 1 (powers of two; any positive f32
-    // without ue8m0), rope dims from a table of 4096 random bf16 rows.
-    std::vector<uint8_t> recs(rows * 656);
-    std::vector<uint16_t> rope(4096 * 64);
-    for (auto& v : rope) v = ref::float_to_bf16(rng.uniform(-2.f, 2.f));
-    for (size_t r = 0; r < rows; ++r) {
-      uint8_t* rec = recs.data() + r * 656;
-      for (int d = 0; d < 512; d += 4) {
-        uint32_t w = rng.below(0xFFFFFFFFu);
-        for (int b = 0; b < 4; ++b) {
-          uint8_t x = static_cast<uint8_t>(w >> (8 * b));
-          if ((x & 0x7F) == 0x7F) x ^= 1;
-          rec[d + b] = x;
-        }
-      }
-      for (int g = 0; g < 4; ++g) {
-        float sc_g = rng.uniform(0.25f, 1.0f);
-        if (p.scale_fmt == ScaleFmt::ue8m0) sc_g = ref::ue8m0_round_up(sc_g);
-        std::memcpy(rec + 512 + 4 * g, &sc_g, 4);
-      }
-      std::memcpy(rec + 528, rope.data() + (r % 4096) * 64, 128);
-    }
-    blocks.upload(recs.data(), recs.size());
+    autotune::data::fill_random_ds_mla(blocks, p.scale_fmt == ScaleFmt::ue8m0, rng);
   } else {
     autotune::data::fill_random(blocks, p.kv_dtype, rng);
   }

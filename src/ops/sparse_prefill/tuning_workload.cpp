@@ -68,8 +68,12 @@ class PrefillWorkload : public Workload {
     const std::vector<uint32_t> lengths{static_cast<uint32_t>(keys)};
     lengths_d_ = data::upload(lengths);
     const size_t rows = static_cast<size_t>(num_blocks_) * kLayers * p.page_size;
-    kv_ = DeviceBuffer(rows * p.qk_depth * dtype_size(p.kv_dtype));
-    data::fill_random(kv_, p.kv_dtype, rng_);
+    kv_ = DeviceBuffer(rows * static_cast<size_t>(p.row_bytes()));
+    if (p.kv_layout == CacheLayout::fp8_ds_mla) {
+      data::fill_random_ds_mla(kv_, p.scale_fmt == ScaleFmt::ue8m0, rng_);
+    } else {
+      data::fill_random(kv_, p.kv_dtype, rng_);
+    }
     if (p.kv_dtype == DType::fp8_e4m3 && p.scales_per_token() > 0) {
       std::vector<float> sc(rows * p.scales_per_token());
       for (auto& x : sc) x = rng_.uniform(0.25f, 1.0f);
@@ -102,7 +106,8 @@ class PrefillWorkload : public Workload {
     const auto& p = std::get<SparsePrefillParams>(spec.params);
     const int H = p.num_q_heads;
     ops::PagedCacheView kv;
-    const int64_t bdims[6] = {num_blocks_, 1, kLayers, p.page_size, 1, p.qk_depth};
+    const bool ds_mla = p.kv_layout == CacheLayout::fp8_ds_mla;  // one 656-byte record per row
+    const int64_t bdims[6] = {num_blocks_, 1, kLayers, p.page_size, 1, ds_mla ? 656 : p.qk_depth};
     kv.blocks = TensorView(kv_.get(), p.kv_dtype, bdims, 6);
     if (scales_d_.get()) {
       const int64_t sdims[6] = {num_blocks_, 1, kLayers, p.page_size, 1, p.scales_per_token()};
@@ -162,7 +167,7 @@ class PrefillWorkload : public Workload {
   double bytes_moved() const override {
     const int H = p_.num_q_heads;
     return static_cast<double>(tokens_) *
-           (H * p_.qk_depth * 2.0 + top_k_ * (p_.qk_depth * static_cast<double>(dtype_size(p_.kv_dtype)) + 4) +
+           (H * p_.qk_depth * 2.0 + top_k_ * (static_cast<double>(p_.row_bytes()) + 4) +
             H * p_.v_depth * 2.0);
   }
   double flops() const override {
