@@ -59,12 +59,15 @@ void mla_indexer(const MlaIndexerParams& p, const TensorView& q, const TensorVie
 // kv.blocks dim 0), 16-byte aligned, or an empty view (the overload without it passes one):
 // - p.kv_staging bf16 requires its first part: the selected fp8 rows are converted into it once per
 //   launch and the bf16 kernel reads them there;
-// - the persistent Hopper kernel (a bf16 cache, or kv_staging bf16, on sm_90a) splits the last
-//   round of its items over the whole GPU where the workspace holds its partial slots (~33.7 MB;
-//   +0.7-1.2 % at 4096 tokens x 2 head tiles on an H100, 1.05-1.19x for batches of fewer items than
-//   SMs) and runs unsplit without them. Launches that may overlap (other streams) must not share a
-//   workspace. The size depends on the spec only (off sm_90a the slots are unused).
-// sparse_prefill_workspace_bytes is 0 for the other specs.
+// - the 16-bit Hopper kernels (every spec but qk_math fp8, on sm_90a) split items over keys where
+//   the workspace holds their partial slots (~33.7 MB) and run unsplit without them: with fewer
+//   items (tokens x head tiles) than SMs, i.e. decode, every item in parts of at least 128 keys
+//   (the decode plan: 3.5x faster at one token over 2048 keys); otherwise the last round's items
+//   (+0.7-1.2 % at 4096 tokens). The split depends only on the shapes and the SM count, so a CUDA
+//   graph replays it. Launches that may overlap (other streams) must not share a workspace. The
+//   size depends on the spec only (off sm_90a the slots are unused).
+// sparse_prefill_workspace_bytes is 0 for qk_math fp8. p.kv_layout fp8_ds_mla: kv.blocks holds the
+// records kv_cache_store writes, u8 [num_blocks, 1, num_layers, page_size, 656], no kv.scales.
 size_t sparse_prefill_workspace_bytes(const SparsePrefillParams& p, int64_t num_blocks);
 void sparse_prefill(const SparsePrefillParams& p, const TensorView& q, const PagedCacheView& kv,
                     const TensorView& indices, const TensorView& topk_lengths, int layer_idx, float softmax_scale,
