@@ -18,6 +18,10 @@ if command -v ccache >/dev/null; then export CMAKE_ARGS="${CMAKE_ARGS:-} -DCMAKE
 settings=()
 if [ "${MLAJIT_PY_FROM_SOURCE:-0}" != 1 ] && [ -f build/libmlajit.so ]; then
   settings=(--config-settings=cmake.define.MLAJIT_PREBUILT_LIBRARY="$PWD/build/libmlajit.so")
+  # and its packaged cache layer (cmake/prebuilt_cache.cmake), when this machine could build one
+  if [ -d build/prebuilt-cache-stage ]; then
+    settings+=(--config-settings=cmake.define.MLAJIT_PREBUILT_CACHE_DIR="$PWD/build/prebuilt-cache-stage")
+  fi
 fi
 start=$(date +%s)
 "$venv/bin/python" -m pip install -q "${settings[@]}" ./python

@@ -99,6 +99,9 @@ std::vector<CacheLayer> resolve_cache_layers(const std::vector<std::string>& dir
 // The environment's layers (config::cache_path()) without creating anything, and the directory
 // among them that takes writes (tuning results as well as cubins); nullopt when all are read-only.
 std::vector<CacheLayer> cache_layers_from_env();
+// `dir` as a read-only layer if it exists and passes the layer rules above (owner: the caller or
+// root; not writable by group or others); else nullopt and `why`.
+std::optional<CacheLayer> read_only_cache_layer(const std::string& dir, std::string* why);
 std::optional<std::string> writable_cache_dir_from_env();
 
 struct CacheListing {
@@ -145,6 +148,9 @@ class DiskCache {
   // The writable layer's directory (the first layer's when every layer is read-only).
   const std::string& dir() const { return dir_; }
   const std::vector<CacheLayer>& layers() const { return layers_; }
+  // Appends `dir` as a read-only layer after the others (the packaged layer, config::
+  // prebuilt_cache_dir): skipped (logged) when missing or unsafe by the layer rules, never written.
+  void add_read_only_layer(const std::string& dir);
   // False when every layer is read-only: put() throws Error(Cache), prune and clear remove nothing.
   bool writable() const { return writable_ >= 0; }
   std::optional<uint64_t> max_bytes() const { return max_bytes_; }

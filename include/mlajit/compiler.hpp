@@ -56,6 +56,10 @@ class Compiler {
   static bool available(std::string* reason = nullptr);
   // e.g. "13.0 (libnvrtc.so.13.0.88)"; throws Error(Compile) when NVRTC is missing.
   std::string nvrtc_version() const;
+  // The NVRTC release a cache key holds: "13.0". Not the file name that loaded: the same release
+  // installed as libnvrtc.so.13 on a build machine and libnvrtc.so.13.0.88 on a server must share
+  // keys, or a cache built on one (the packaged layer, an image) never serves the other.
+  std::string nvrtc_key_version() const;
 
   // The compiler's option list for `arch` (validated) -- a cache key input, with the kernel's own
   // options (which cache_key adds itself).

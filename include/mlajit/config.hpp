@@ -21,6 +21,12 @@ std::string cache_dir();
 // skipped), else { cache_dir() }. Setting both MLAJIT_CACHE_PATH and MLAJIT_CACHE_DIR is an
 // Error(InvalidArgument): which one wins would be a guess.
 std::vector<std::string> cache_path();
+// The packaged read-only cache layer (cubins of examples/deepseek_v32.json built when the package
+// was built), searched after the layers above: MLAJIT_PREBUILT_CACHE=off (or 0) disables it, a path
+// names it; unset, it is `prebuilt-cache` beside the library (the Python wheel) or
+// `../share/mlajit/prebuilt-cache` from it (cmake --install: lib/ or bin/), whichever exists.
+// nullopt: none.
+std::optional<std::string> prebuilt_cache_dir();
 // MLAJIT_DISABLE_DISK_CACHE.
 bool disk_cache_disabled();
 // MLAJIT_CACHE_MAX_BYTES: a byte count with optional K/M/G suffix (powers of 1024); unset = no cap.

@@ -171,3 +171,27 @@ except mlajit.InvalidArgumentError as e:
     assert "indices dtype: got u32, expected i32" in r.stdout, r.stdout + r.stderr
     expected = "mlajit._launch_ctypes" if "mlajit._fastcall" in blocked else "mlajit._fastcall"
     assert f"launch path: {expected}" in r.stdout
+
+
+@pytest.mark.skipif(not _nvrtc(), reason="NVRTC not found: precompile needs it (no GPU needed)")
+def test_packaged_cache_layer_serves_the_default_kernel_set(tmp_path):
+    # The wheel carries the cubins of examples/deepseek_v32.json (cmake/prebuilt_cache.cmake); a
+    # fresh process with an empty cache of its own finds the layer beside the library, after its
+    # own layer, read-only, and precompiling the default config compiles nothing.
+    layer = os.path.join(os.path.dirname(os.path.abspath(mlajit.__file__)), "prebuilt-cache")
+    if not os.path.isdir(layer):
+        pytest.skip("this package was built without its packaged cache layer (no NVRTC when it was built)")
+    assert sum(n.endswith(".mjc") for n in os.listdir(layer)) >= 8
+    assert not os.stat(layer).st_mode & 0o022  # not writable by group or others: the layer rules
+    code = ("import json, sys, mlajit; i = mlajit.info(); "
+            "r = mlajit.precompile(json.load(open(sys.argv[1])), arch='sm_90a'); "
+            "print(json.dumps([i['cache_layers'], [x['cache_hit'] for x in r], len(r)]))")
+    env = dict(os.environ, MLAJIT_CACHE_DIR=str(tmp_path / "own"))
+    env.pop("MLAJIT_PREBUILT_CACHE", None)
+    out = subprocess.run([sys.executable, "-c", code, os.path.join(ROOT, "examples", "deepseek_v32.json")], env=env,
+                         capture_output=True, text=True, check=True)
+    layers, hits, n = json.loads(out.stdout)
+    assert [os.path.realpath(x["dir"]) for x in layers] == [os.path.realpath(tmp_path / "own"), os.path.realpath(layer)]
+    assert [x["writable"] for x in layers] == [True, False]
+    assert n == 8 and all(hits)
+    assert not any(n.endswith(".mjc") for n in os.listdir(tmp_path / "own"))  # nothing compiled, nothing stored

@@ -65,6 +65,16 @@ int cmd_build(const Argv& argv) {
 
   size_t compiled = 0, hits = 0, remote_hits = 0, failed = 0;
   int worst = 0;
+  // The critical path: the slowest single kernel. With enough jobs the wall time cannot drop
+  // below it, so wall / critical says how much parallelism is left (1.0: none).
+  size_t slowest = out.size();
+  for (size_t i = 0; i < out.size(); ++i)
+    if (out[i].error.empty() && (slowest == out.size() || out[i].r.seconds > out[slowest].r.seconds)) slowest = i;
+  nlohmann::json critical = nullptr;
+  if (slowest < out.size())
+    critical = {{"name", out[slowest].r.name}, {"arch", *todo_arch[slowest]}, {"seconds", out[slowest].r.seconds},
+                {"compile_seconds", out[slowest].r.compile_seconds},
+                {"wall_over_critical", out[slowest].r.seconds > 0 ? seconds / out[slowest].r.seconds : 0.0}};
   nlohmann::json results = nlohmann::json::array();
   for (size_t i = 0; i < out.size(); ++i) {
     const auto& o = out[i];
@@ -90,7 +100,8 @@ int cmd_build(const Argv& argv) {
   if (args.flag("json")) {
     nlohmann::json j = {{"kernels", todo.size()}, {"compiled", compiled}, {"cache_hits", hits},
                         {"failed", failed},       {"seconds", seconds},   {"arch", arch},
-                        {"jobs", jobs},           {"cache_dir", cache->dir()}, {"results", results}};
+                        {"jobs", jobs},           {"cache_dir", cache->dir()}, {"critical_path", critical},
+                        {"results", results}};
     if (RemoteCache* remote = RemoteCache::global()) {
       j["remote_hits"] = remote_hits;
       j["remote"] = {{"url", remote->describe()}, {"signed", remote->signing()}, {"counters", remote_counters_json(*remote)}};
@@ -109,6 +120,9 @@ int cmd_build(const Argv& argv) {
     }
     std::printf("%zu kernels for %s: %zu compiled, %zu cache hits (%zu remote), %zu failed in %.2f s (jobs %u) -> %s\n",
                 todo.size(), arch.c_str(), compiled, hits, remote_hits, failed, seconds, jobs, cache->dir().c_str());
+    if (!critical.is_null() && compiled > 0)
+      std::printf("critical path: %s (%s) %.2f s\n", critical["name"].get<std::string>().c_str(),
+                  critical["arch"].get<std::string>().c_str(), critical["seconds"].get<double>());
   }
   return worst;
 }

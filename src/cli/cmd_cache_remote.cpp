@@ -76,7 +76,7 @@ int cache_push_pull(const std::string& sub, const std::vector<std::string>& argv
           Compiler& compiler = Compiler::global();
           if (!Compiler::available(&o.error))
             throw_error(ErrorKind::Compile, "pull needs NVRTC's version to compute cache keys: {}", o.error);
-          o.key = cache_key(src, arch, compiler.options(arch), compiler.nvrtc_version());
+          o.key = cache_key(src, arch, compiler.options(arch), compiler.nvrtc_key_version());
           if (cache->get(o.key)) {
             o.status = "present";
           } else if (auto e = remote->get(o.key)) {

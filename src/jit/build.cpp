@@ -61,7 +61,7 @@ BuiltKernel build_source(const KernelSource& src, const std::string& arch, DiskC
                 cache ? " (" + cache->dir() + ")" : std::string(" (disabled)"), nvrtc_why);
   }
 
-  std::string key = cache_key(src, arch, options, compiler.nvrtc_version());
+  std::string key = cache_key(src, arch, options, compiler.nvrtc_key_version());
   if (cache) {
     if (auto e = cache->get(key)) {
       auto b = from_entry(std::move(*e), src, arch);

@@ -100,7 +100,33 @@ std::vector<CacheLayer> resolve_cache_layers(const std::vector<std::string>& dir
   return layers;
 }
 
-std::vector<CacheLayer> cache_layers_from_env() { return resolve_cache_layers(config::cache_path(), /*create=*/false); }
+std::optional<CacheLayer> read_only_cache_layer(const std::string& dir, std::string* why) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) {
+    *why = fmt::format("cannot use {}: {}", dir, errno_text());
+    return std::nullopt;
+  }
+  try {
+    check_layer_safe(dir, st);
+  } catch (const Error& e) {
+    *why = e.what();
+    return std::nullopt;
+  }
+  CacheLayer layer;
+  layer.dir = dir;
+  layer.writable = false;
+  layer.owner_uid = st.st_uid;
+  return layer;
+}
+
+std::vector<CacheLayer> cache_layers_from_env() {
+  std::vector<CacheLayer> layers = resolve_cache_layers(config::cache_path(), /*create=*/false);
+  if (auto dir = config::prebuilt_cache_dir()) {
+    std::string why;
+    if (auto layer = read_only_cache_layer(*dir, &why)) layers.push_back(std::move(*layer));
+  }
+  return layers;
+}
 
 std::optional<std::string> writable_cache_dir_from_env() {
   for (auto& layer : cache_layers_from_env())

@@ -160,6 +160,11 @@ std::string Compiler::nvrtc_version() const {
   return fmt::format("{}.{} ({})", a.major, a.minor, file);
 }
 
+std::string Compiler::nvrtc_key_version() const {
+  const auto& a = api();
+  return fmt::format("{}.{}", a.major, a.minor);
+}
+
 std::vector<std::string> Compiler::options_with(const std::string& arch,
                                                 const std::vector<std::string>& kernel_options) const {
   validate_arch(arch);
@@ -196,7 +201,7 @@ CompiledKernel Compiler::compile(const KernelSource& src, const std::string& arc
 
   auto dump = config::dump_dir();
   // The files of one build are named after its cache key, as `mlajit cache ls` lists it.
-  const auto dump_name = [&] { return dump_base_name(src, arch, cache_key(src, arch, options(arch), nvrtc_version())); };
+  const auto dump_name = [&] { return dump_base_name(src, arch, cache_key(src, arch, options(arch), nvrtc_key_version())); };
   if (run.rc != nvrtc::kSuccess) {
     std::string dir = failure_dir();
     std::string base = dir + "/" + dump_name();

@@ -1,4 +1,10 @@
 // Environment variable parsing (see include/mlajit/config.hpp).
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <climits>
+#include <cstdlib>
+
 #include "mlajit/config.hpp"
 
 #include <algorithm>
@@ -49,6 +55,27 @@ std::vector<std::string> cache_path() {
   }
   if (dirs.empty()) throw_invalid("MLAJIT_CACHE_PATH", fmt::format("\"{}\"", *path), "directories separated by ':'");
   return dirs;
+}
+
+std::optional<std::string> prebuilt_cache_dir() {
+  if (auto v = env("MLAJIT_PREBUILT_CACHE")) {
+    if (*v == "off" || *v == "0" || v->empty()) return std::nullopt;
+    return *v;
+  }
+  // The file this code was loaded from: libmlajit.so, or an executable linking it statically.
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&prebuilt_cache_dir), &info) == 0 || info.dli_fname == nullptr) return std::nullopt;
+  std::string file = info.dli_fname;
+  const size_t slash = file.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : file.substr(0, slash);
+  for (const std::string& candidate : {dir + "/prebuilt-cache", dir + "/../share/mlajit/prebuilt-cache"}) {
+    struct stat st;
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      char resolved[PATH_MAX];
+      return ::realpath(candidate.c_str(), resolved) ? std::string(resolved) : candidate;
+    }
+  }
+  return std::nullopt;
 }
 
 bool disk_cache_disabled() { return env_flag("MLAJIT_DISABLE_DISK_CACHE"); }

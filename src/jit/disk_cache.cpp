@@ -377,7 +377,21 @@ DiskCache::DiskCache(const std::vector<std::string>& dirs, std::optional<uint64_
 
 std::unique_ptr<DiskCache> DiskCache::from_env() {
   if (config::disk_cache_disabled()) return nullptr;
-  return std::make_unique<DiskCache>(config::cache_path(), config::cache_max_bytes());
+  auto cache = std::make_unique<DiskCache>(config::cache_path(), config::cache_max_bytes());
+  if (auto dir = config::prebuilt_cache_dir()) cache->add_read_only_layer(*dir);
+  return cache;
+}
+
+void DiskCache::add_read_only_layer(const std::string& dir) {
+  for (const CacheLayer& l : layers_)
+    if (l.dir == dir) return;
+  std::string why;
+  if (auto layer = read_only_cache_layer(dir, &why)) {
+    log::debug("cache layer {} (read-only, packaged) searched after {}", dir, layers_.back().dir);
+    layers_.push_back(std::move(*layer));
+  } else {
+    log::warn("packaged cache layer not used: {}", why);
+  }
 }
 
 DiskCache* DiskCache::default_cache() {
@@ -403,7 +417,10 @@ std::optional<CacheEntry> DiskCache::get(const std::string& key) {
     Parsed p;
     if (r.reason.empty()) p = parse_entry(r.data, key);
     else p.reason = r.reason;
-    if (p.entry) return std::move(p.entry);
+    if (p.entry) {
+      if (!layer.writable) log::info("{} ({}) served by the read-only cache layer {}", p.entry->meta.name, p.entry->meta.arch, layer.dir);
+      return std::move(p.entry);
+    }
     if (layer.writable) {
       log::warn("cache entry {} is bad ({}); removed, it will be recompiled", path, p.reason);
       remove_entry(layer.dir, key, path);

@@ -203,7 +203,7 @@ TEST_CASE("remote: a planted entry is never loaded by the build; the local compi
   auto rc = remote(server.url());
   KernelSource src = mlajit_test::axpy_source(mlajit_test::axpy_spec(8));
   // Plant garbage code under the key the build will compute, signed by someone else.
-  const std::string key = cache_key(src, "sm_90a", Compiler::global().options("sm_90a"), Compiler::global().nvrtc_version());
+  const std::string key = cache_key(src, "sm_90a", Compiler::global().options("sm_90a"), Compiler::global().nvrtc_key_version());
   auto forger = remote(server.url(), "another-fleet-key-not-ours-0123456789");
   REQUIRE(forger->put(key, meta_of("planted"), std::string(1000, '\xcc')));
 

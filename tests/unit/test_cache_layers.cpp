@@ -341,3 +341,55 @@ TEST_CASE("layers: an image built as root serves a non-root user read-only (mlaj
   CHECK(refused.text.find("writable by its group") != std::string::npos);
   ::chmod(image.c_str(), 0755);
 }
+
+TEST_CASE("layers: the packaged layer (MLAJIT_PREBUILT_CACHE) is searched after the user's, read-only, and skipped when unsafe") {
+  TempDir t("layers_packaged");
+  const fs::path pkg = t.path / "prebuilt-cache", user = t.path / "user";
+  make_read_only_layer(pkg, {7}, 0755, 0644);  // as an install leaves it: owner-writable, read by all
+  {
+    ScopedEnv off("MLAJIT_PREBUILT_CACHE", std::string("off"));
+    CHECK_FALSE(config::prebuilt_cache_dir());
+  }
+  ScopedEnv path("MLAJIT_CACHE_PATH", std::nullopt);
+  ScopedEnv dir("MLAJIT_CACHE_DIR", user.string());
+  ScopedEnv disabled("MLAJIT_DISABLE_DISK_CACHE", std::nullopt);
+  ScopedEnv max("MLAJIT_CACHE_MAX_BYTES", std::nullopt);
+  {
+    ScopedEnv prebuilt("MLAJIT_PREBUILT_CACHE", pkg.string());
+    REQUIRE(config::prebuilt_cache_dir() == pkg.string());
+    auto cache = DiskCache::from_env();
+    REQUIRE(cache);
+    REQUIRE(cache->layers().size() == 2);
+    CHECK(cache->layers()[0].dir == user.string());
+    CHECK(cache->layers()[0].writable);
+    CHECK(cache->layers()[1].dir == pkg.string());
+    CHECK_FALSE(cache->layers()[1].writable);  // owner-writable on disk, but never written
+    CHECK(cache->get(lkey(7)));                // served by the packaged layer
+    cache->put(lkey(8), layer_meta(), kCubin);  // a miss goes to the user's layer
+    CHECK(fs::exists(user / (lkey(8) + ".mjc")));
+    CHECK_FALSE(fs::exists(pkg / (lkey(8) + ".mjc")));
+    const auto layers = cache_layers_from_env();  // what `mlajit info` / `cache ls` show
+    REQUIRE(layers.size() == 2);
+    CHECK(layers[1].dir == pkg.string());
+    // Added once, whatever the number of calls.
+    cache->add_read_only_layer(pkg.string());
+    CHECK(cache->layers().size() == 2);
+  }
+  {
+    // A packaged layer others could write into is not used (a warning), and the cache still works.
+    REQUIRE(::chmod(pkg.c_str(), 0777) == 0);
+    ScopedEnv prebuilt("MLAJIT_PREBUILT_CACHE", pkg.string());
+    auto cache = DiskCache::from_env();
+    REQUIRE(cache);
+    CHECK(cache->layers().size() == 1);
+    CHECK_FALSE(cache->get(lkey(7)));
+    REQUIRE(::chmod(pkg.c_str(), 0755) == 0);
+  }
+  {
+    // A missing one is skipped.
+    ScopedEnv prebuilt("MLAJIT_PREBUILT_CACHE", (t.path / "absent").string());
+    auto cache = DiskCache::from_env();
+    REQUIRE(cache);
+    CHECK(cache->layers().size() == 1);
+  }
+}

@@ -201,6 +201,13 @@ TEST_CASE("cli: build --json, cache hits on the second run, cache ls/verify") {
   CHECK(ja["compiled"] == n);
   CHECK(ja["cache_hits"] == 0);
   CHECK(ja.contains("seconds"));
+  // The critical path is the slowest kernel's build, never longer than the whole build.
+  REQUIRE(ja["critical_path"].is_object());
+  double slowest = 0;
+  for (const auto& r : ja["results"]) slowest = std::max(slowest, r["seconds"].get<double>());
+  CHECK(ja["critical_path"]["seconds"].get<double>() == slowest);
+  CHECK(ja["critical_path"]["seconds"].get<double>() <= ja["seconds"].get<double>());
+  CHECK(ja["critical_path"]["wall_over_critical"].get<double>() >= 1.0);
   CHECK((fs::status(cache).permissions() & fs::perms::all) == fs::perms::owner_all);
 
   Run b = cli("build " + kConfig + " --arch sm_90a --json --cache-dir " + cache);

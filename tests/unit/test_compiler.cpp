@@ -15,6 +15,8 @@
 #include "mlajit/cache.hpp"
 #include "mlajit/compiler.hpp"
 #include "mlajit/error.hpp"
+#include "jit/build_source.hpp"
+#include "temp_dir.hpp"
 #include "unit/handwritten_kernel.hpp"
 
 using namespace mlajit;
@@ -199,7 +201,7 @@ TEST_CASE("MLAJIT_DUMP_DIR receives .cu, .ptx, .cubin and .log") {
   auto src = mlajit_test::axpy_source(mlajit_test::axpy_spec(16));
   CompiledKernel k = Compiler::global().compile(src, "sm_90a");
   const std::string key = cache_key(src, "sm_90a", Compiler::global().options("sm_90a"),
-                                    Compiler::global().nvrtc_version());
+                                    Compiler::global().nvrtc_key_version());
   const std::string base = dump_base_name(src, "sm_90a", key);
   CHECK(base == src.name + "-" + key.substr(0, kDumpKeyChars) + "-sm_90a");
   CHECK(slurp(dir / (base + ".cubin")) == k.cubin);
@@ -230,7 +232,7 @@ TEST_CASE("MLAJIT_DUMP_DIR: variants and archs never overwrite each other, a reb
   for (const auto* src : {&a, &b})
     for (const char* arch : {"sm_80", "sm_90a"}) {
       const CompiledKernel k = Compiler::global().compile(*src, arch);
-      const std::string key = cache_key(*src, arch, Compiler::global().options(arch), Compiler::global().nvrtc_version());
+      const std::string key = cache_key(*src, arch, Compiler::global().options(arch), Compiler::global().nvrtc_key_version());
       cubin_of[dump_base_name(*src, arch, key)] = k.cubin;
     }
   REQUIRE(cubin_of.size() == 4);  // four distinct base names
@@ -263,4 +265,19 @@ TEST_CASE("pch timing (measurement, printed)") {
   MESSAGE("NVRTC compile median of 5, sm_90a: without --pch " << off << " ms, with --pch " << on << " ms");
   CHECK(off > 0);
   CHECK(on > 0);
+}
+
+TEST_CASE("cache keys hold the NVRTC release, not the file it was loaded from") {
+  if (!nvrtc_or_skip()) return;
+  const std::string full = Compiler::global().nvrtc_version(), release = Compiler::global().nvrtc_key_version();
+  CHECK(full.rfind(release + " (", 0) == 0);  // "13.0 (libnvrtc.so.13)" starts with "13.0 ("
+  CHECK(release.find(' ') == std::string::npos);
+  CHECK(release.find("libnvrtc") == std::string::npos);
+  // A build's key is the one made from the release alone, whatever file name loaded NVRTC.
+  auto src = mlajit_test::axpy_source(mlajit_test::axpy_spec(16));
+  mlajit::testing::TempDir t("nvrtc_key");
+  DiskCache disk((t.path / "cache").string());
+  const BuiltKernel b = build_source(src, "sm_90a", &disk);
+  CHECK(b.result.key == cache_key(src, "sm_90a", Compiler::global().options("sm_90a"), release));
+  CHECK(b.result.key != cache_key(src, "sm_90a", Compiler::global().options("sm_90a"), full));
 }
