@@ -201,10 +201,13 @@ def sparse_prefill(spec, q, kv_blocks, indices, topk_lengths, *, softmax_scale, 
     emit_lse, an empty tensor under torch.compile). indices: u32[T, stride] encoded indices, or the
     i32 output of mla_indexer with emit=physical (read as u32: the same bits, -1 = invalid).
     workspace: device scratch of prefill_workspace_bytes(spec, kv_blocks.shape[0]) bytes, 16-byte
-    aligned (allocated per call when not given; pass one to reuse it, e.g. across layers or in a
-    CUDA graph). kv_staging "bf16" requires its staged part; the tail split of the bf16 kernel
-    (sm_90a) writes its partial slots in the rest where present, so launches that may overlap
-    (other streams) must not share one.
+    aligned (allocated per call when not given; pass one to reuse it, e.g. across layers, and for
+    CUDA-graph capture). kv_staging "bf16" requires its staged part; the rest holds the partial
+    slots with which the sm_90a kernels split items over keys: decode (fewer tokens x head tiles
+    than SMs) splits every token's keys over the GPU, a long launch its last wave. Launches that
+    may overlap (other streams) must not share one.
+    Decode is this op on batch x next_n query rows. kv_layout "fp8_ds_mla": kv_blocks are the
+    uint8 records [num_blocks, 1, num_layers, page_size, 656] of a layout "fp8_ds_mla" cache.
     Under torch.compile (the torch.ops.mlajit path) the custom op allocates its own per call and a
     given workspace is not used."""
     device = _eager_device(q)

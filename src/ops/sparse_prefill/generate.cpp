@@ -113,72 +113,57 @@ std::string guard_entry(const char* symbol, int threads, bool grid_constant) {
       threads, symbol, grid_constant ? "__grid_constant__ " : "");
 }
 
-// qk_math fp8: the Hopper FP8-math kernel alone (automatic and sm90 give the same code, hence one
-// cache entry). Entry 0 stays a guard so that the entry indices do not depend on the spec.
-KernelSource fp8_math_source(const KernelSpec& spec, const SparsePrefillParams& p, sparse_prefill::Path mode) {
+// The specs no portable kernel computes (plan.hpp portable_supported: qk_math fp8, kv_layout
+// fp8_ds_mla): the Hopper kernel alone (automatic and sm90 give the same code, hence one cache
+// entry), with its split's combine where it splits (16-bit math). Entry 0 stays a guard so that the
+// entry indices do not depend on the spec.
+KernelSource hopper_only_source(const KernelSpec& spec, const SparsePrefillParams& p, sparse_prefill::Path mode) {
+  const bool fp8_math = p.qk_math == QkMath::fp8;
   KernelSource src;
   src.spec = spec;
   src.name = spec.name();
   if (mode != sparse_prefill::Path::automatic) src.name += std::string("_") + sparse_prefill::path_name(mode);
   src.min_arch = "sm_90a";
-  src.min_arch_why = "qk_math fp8: FP8 tensor-core math runs on the Hopper kernel only; no portable kernel has it";
-  // ptxas's register-usage heuristic at its most aggressive level: -1.5 % cycles at s_kv 32K and
-  // 128K, -0.2 % at 8K (ncu, H100). The 16-bit sources keep
-  // the default: bf16 gained at most 0.8 % at any level, and its module also holds the portable
-  // kernel, which sm_80 targets would compile with the same options unmeasured; fp8 on f16 tiles
-  // lost 3-9 % at every other level.
-  src.nvrtc_options = {"--ptxas-options=--register-usage-level=10"};
+  src.min_arch_why = fp8_math ? "qk_math fp8: FP8 tensor-core math runs on the Hopper kernel only; no portable kernel has it"
+                              : "kv_layout fp8_ds_mla: the records are read by the Hopper kernel only";
+  // FP8 math: ptxas's register-usage heuristic at its most aggressive level: -1.5 % cycles at s_kv
+  // 32K and 128K, -0.2 % at 8K (ncu, H100). The 16-bit sources keep the default: bf16 gained at
+  // most 0.8 % at any level, and its module also holds the portable kernel, which sm_80 targets
+  // would compile with the same options unmeasured; fp8 on f16 tiles lost 3-9 % at every other level.
+  if (fp8_math) src.nvrtc_options = {"--ptxas-options=--register-usage-level=10"};
   const auto plan = sparse_prefill::sm90_plan(p);
   std::string code = source_header(spec);
-  code += fmt::format(
-      "// sparse_prefill: q bf16 [T, {}, 576] quantized per token and head to e4m3, latent cache fp8_e4m3 (page "
-      "{}, quantization granularity {}), attention on FP8 tensor cores (qk_math fp8), out bf16 [T, {}, 512]{}{}\n"
-      "// Kernel compiled in this module: the Hopper FP8-math one (qk_math fp8 has no portable kernel).\n"
-      "// NVRTC options of this kernel (besides the fixed ones): {}\n",
-      p.num_q_heads, p.page_size, p.quantization_granularity, p.num_q_heads, p.emit_lse ? ", lse f32 [T, H]" : "",
-      p.attn_sink ? ", attention sink" : "", fmt::join(src.nvrtc_options, " "));
+  if (fp8_math) {
+    code += fmt::format(
+        "// sparse_prefill: q bf16 [T, {}, 576] quantized per token and head to e4m3, latent cache fp8_e4m3 (page "
+        "{}, quantization granularity {}), attention on FP8 tensor cores (qk_math fp8), out bf16 [T, {}, 512]{}{}\n"
+        "// Kernel compiled in this module: the Hopper FP8-math one (qk_math fp8 has no portable kernel).\n"
+        "// NVRTC options of this kernel (besides the fixed ones): {}\n",
+        p.num_q_heads, p.page_size, p.quantization_granularity, p.num_q_heads, p.emit_lse ? ", lse f32 [T, H]" : "",
+        p.attn_sink ? ", attention sink" : "", fmt::join(src.nvrtc_options, " "));
+  } else {
+    code += fmt::format(
+        "// sparse_prefill: q bf16 [T, {}, 576], latent cache of fp8_ds_mla records (page {}: 512 e4m3, 4 f32 scales, "
+        "64 bf16 rope dims per row), out bf16 [T, {}, 512]{}{}\n"
+        "// Kernel compiled in this module: the Hopper one (fp8_ds_mla has no portable kernel).\n",
+        p.num_q_heads, p.page_size, p.num_q_heads, p.emit_lse ? ", lse f32 [T, H]" : "", p.attn_sink ? ", attention sink" : "");
+  }
   // The host never builds this source for another target (min_arch); this keeps an offline
   // compile of a dump (`mlajit gen --expand` | nvcc) from producing a module that cannot run.
-  code += "#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
-          "#error \"qk_math fp8: the FP8-math sparse_prefill kernel needs sm_90a\"\n"
-          "#endif\n";
+  code += fmt::format("#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)\n#error \"{}\"\n#endif\n",
+                      fp8_math ? "qk_math fp8: the FP8-math sparse_prefill kernel needs sm_90a"
+                               : "kv_layout fp8_ds_mla: the sparse_prefill kernel that reads it needs sm_90a");
   code += sm90_part(p, plan);
   code += guard_entry(sparse_prefill::kSymbolPortable, plan.threads, false);
-  // The guard is never launched (the op refuses the portable path for qk_math fp8): it gets the
+  const bool combine = sparse_prefill::split_kernel(p);
+  if (combine) code += combine_part();
+  // The guard is never launched (the op refuses the portable path for these specs): it gets the
   // Hopper entry's block size and no dynamic shared memory.
   src.entries.push_back({sparse_prefill::kSymbolPortable, static_cast<unsigned>(plan.threads), 0u});
   src.entries.push_back(
       {sparse_prefill::kSymbolSm90, static_cast<unsigned>(plan.threads), static_cast<unsigned>(plan.smem_bytes)});
-  src.code = std::move(code);
-  return src;
-}
-
-// kv_layout fp8_ds_mla: the Hopper kernel (with its split's combine) alone; entry 0 stays a guard so
-// that the entry indices do not depend on the spec.
-KernelSource hopper_only_source(const KernelSpec& spec, const SparsePrefillParams& p, sparse_prefill::Path mode) {
-  KernelSource src;
-  src.spec = spec;
-  src.name = spec.name();
-  if (mode != sparse_prefill::Path::automatic) src.name += std::string("_") + sparse_prefill::path_name(mode);
-  src.min_arch = "sm_90a";
-  src.min_arch_why = "kv_layout fp8_ds_mla: the records are read by the Hopper kernel only";
-  const auto plan = sparse_prefill::sm90_plan(p);
-  std::string code = source_header(spec);
-  code += fmt::format(
-      "// sparse_prefill: q bf16 [T, {}, 576], latent cache of fp8_ds_mla records (page {}: 512 e4m3, 4 f32 scales, "
-      "64 bf16 rope dims per row), out bf16 [T, {}, 512]{}{}\n"
-      "// Kernel compiled in this module: the Hopper one (fp8_ds_mla has no portable kernel).\n",
-      p.num_q_heads, p.page_size, p.num_q_heads, p.emit_lse ? ", lse f32 [T, H]" : "", p.attn_sink ? ", attention sink" : "");
-  code += "#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
-          "#error \"kv_layout fp8_ds_mla: the sparse_prefill kernel that reads it needs sm_90a\"\n"
-          "#endif\n";
-  code += sm90_part(p, plan);
-  code += guard_entry(sparse_prefill::kSymbolPortable, plan.threads, false);
-  code += combine_part();
-  src.entries.push_back({sparse_prefill::kSymbolPortable, static_cast<unsigned>(plan.threads), 0u});
-  src.entries.push_back(
-      {sparse_prefill::kSymbolSm90, static_cast<unsigned>(plan.threads), static_cast<unsigned>(plan.smem_bytes)});
-  src.entries.push_back({sparse_prefill::kSymbolSm90Combine, static_cast<unsigned>(sparse_prefill::kCombineThreads), 0u});
+  if (combine)
+    src.entries.push_back({sparse_prefill::kSymbolSm90Combine, static_cast<unsigned>(sparse_prefill::kCombineThreads), 0u});
   src.code = std::move(code);
   return src;
 }
@@ -203,7 +188,7 @@ KernelSource generate_sparse_prefill_mode(const KernelSpec& spec, sparse_prefill
                     p.qk_math == QkMath::fp8
                         ? "qk_math bf16 (qk_math fp8 runs on the Hopper kernel only; the portable kernel has no FP8 math)"
                         : "kv_layout split (fp8_ds_mla records are read by the Hopper kernel only)");
-    return p.qk_math == QkMath::fp8 ? fp8_math_source(spec, p, mode) : hopper_only_source(spec, p, mode);
+    return hopper_only_source(spec, p, mode);
   }
 
   KernelSource src;
