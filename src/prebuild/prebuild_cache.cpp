@@ -1,16 +1,16 @@
 // mlajit_prebuild_cache CONFIG.json OUT_DIR ARCH[,ARCH...]: compiles every kernel of a kernel set
 // into OUT_DIR with NVRTC (no GPU), the packaged read-only cache layer that installs ship
-// (docs/design.md, "Caches"). Run by the build at package time; an arch a kernel does not support
-// is skipped (e.g. the Hopper-only kernels for sm_100a), any other failure fails the tool, so a
-// package never ships a partial layer unknowingly. Entries already in OUT_DIR are hits (a rebuild
+// (docs/design.md, "The disk cache and its trust rules"). Run by the build at package time; an
+// arch a kernel does not support is skipped (e.g. the Hopper-only kernels for sm_100a), any other
+// failure fails the tool, so a package never ships a partial layer unknowingly. Entries already in OUT_DIR are hits (a rebuild
 // after an unrelated change compiles nothing); entries of other keys (an older library, another
 // config) are removed, so OUT_DIR holds exactly the set. Prints one summary line.
 #include <algorithm>
 #include <atomic>
-#include <filesystem>
-#include <set>
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
