@@ -153,11 +153,13 @@ mlajit_status mlajit_sparse_prefill(mlajit_op op, const mlajit_tensor* q, const 
 /* `workspace`: device memory, 16-byte aligned, of mlajit_sparse_prefill_workspace_bytes bytes for
  * the cache's num_blocks = kv->blocks dim 0 (ops.hpp sparse_prefill has the layout). params.kv_staging
  * "bf16" requires it: the op converts the fp8 rows its indices select into a bf16 copy there and runs
- * the bf16 kernel on it. The persistent bf16 kernel (a bf16 cache or kv_staging "bf16"; it runs on
- * sm_90a, the size is the same on any device) also splits its last round of items over the GPU in
- * it, and runs unsplit with NULL or a workspace holding only the staged part; launches that may
- * overlap (other streams) must not share a workspace. The size is 0 for the other ops (fp8 cache
- * without staging, FP8 math), which do not look at the workspace.
+ * the bf16 kernel on it. The 16-bit sm_90a kernels (every op but FP8 math; the size is the same on
+ * any device) also split items over keys in it: at decode (fewer tokens x head tiles than SMs)
+ * every token's keys over the GPU, otherwise the last round of items; they run unsplit with NULL
+ * or a workspace holding only the staged part. The split depends on shapes and the SM count only
+ * (CUDA-graph safe). Launches that may overlap (other streams) must not share a workspace. The size
+ * is 0 for FP8 math, which does not look at the workspace. kv_layout "fp8_ds_mla": kv->blocks is
+ * the u8 records [num_blocks, 1, num_layers, page_size, 656], kv->scales NULL.
  * mlajit_sparse_prefill is this without a workspace: it refuses a kv_staging "bf16" op with
  * MLAJIT_ERROR_INVALID_ARGUMENT naming mlajit_sparse_prefill_ws. */
 mlajit_status mlajit_sparse_prefill_workspace_bytes(mlajit_op op, int64_t num_blocks, size_t* bytes);
