@@ -17,6 +17,7 @@ endif()
 
 add_executable(mlajit_prebuild_cache ${CMAKE_CURRENT_LIST_DIR}/../src/prebuild/prebuild_cache.cpp)
 target_link_libraries(mlajit_prebuild_cache PRIVATE mlajit_static)
+target_include_directories(mlajit_prebuild_cache PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../src)  # core/parallel.hpp
 target_link_options(mlajit_prebuild_cache PRIVATE -static-libstdc++ -static-libgcc)
 
 set(MLAJIT_PREBUILT_STAGE ${PROJECT_BINARY_DIR}/prebuilt-cache-stage)

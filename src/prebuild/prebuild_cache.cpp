@@ -5,7 +5,6 @@
 // failure fails the tool, so a package never ships a partial layer unknowingly. Entries already in OUT_DIR are hits (a rebuild
 // after an unrelated change compiles nothing); entries of other keys (an older library, another
 // config) are removed, so OUT_DIR holds exactly the set. Prints one summary line.
-#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
@@ -13,9 +12,9 @@
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "core/parallel.hpp"
 #include "mlajit/build.hpp"
 #include "mlajit/cache.hpp"
 #include "mlajit/error.hpp"
@@ -40,33 +39,28 @@ int main(int argc, char** argv) {
     std::vector<Job> jobs;
     for (const auto& a : archs)
       for (const auto& k : set.kernels) jobs.push_back({&k.spec, a});
-    std::atomic<size_t> next{0}, built{0}, skipped{0};
+    std::atomic<size_t> built{0}, skipped{0};
     std::mutex mu;
     std::string first_error;
     std::set<std::string> keys;
-    auto worker = [&] {
-      for (size_t i; (i = next++) < jobs.size();) {
-        try {
-          const mlajit::BuildResult r = mlajit::build_kernel(*jobs[i].spec, jobs[i].arch, &cache);
-          ++built;
-          std::lock_guard<std::mutex> lk(mu);
-          keys.insert(r.key);
-        } catch (const mlajit::Error& e) {
-          // A kernel whose every path needs another arch (min_arch) is not built for this one.
-          const std::string what = e.what();
-          if (e.kind() == mlajit::ErrorKind::InvalidArgument && what.find("arch") != std::string::npos) {
-            ++skipped;
-            continue;
-          }
-          std::lock_guard<std::mutex> lk(mu);
-          if (first_error.empty()) first_error = what;
+    mlajit::parallel_for(jobs.size(), mlajit::default_jobs(), [&](size_t i) {
+      try {
+        const mlajit::BuildResult r = mlajit::build_kernel(*jobs[i].spec, jobs[i].arch, &cache);
+        ++built;
+        std::lock_guard<std::mutex> lk(mu);
+        keys.insert(r.key);
+      } catch (const mlajit::Error& e) {
+        // A kernel whose every path needs another arch (its min_arch; build_kernel's error names
+        // the "target arch of" it) is not built for this one.
+        const std::string what = e.what();
+        if (e.kind() == mlajit::ErrorKind::InvalidArgument && what.find("target arch of") != std::string::npos) {
+          ++skipped;
+          return;
         }
+        std::lock_guard<std::mutex> lk(mu);
+        if (first_error.empty()) first_error = what;
       }
-    };
-    const unsigned n = std::max(1u, std::min(std::thread::hardware_concurrency(), static_cast<unsigned>(jobs.size())));
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < n; ++t) threads.emplace_back(worker);
-    for (auto& t : threads) t.join();
+    });
     if (!first_error.empty()) {
       std::fprintf(stderr, "mlajit_prebuild_cache: %s\n", first_error.c_str());
       return 1;
