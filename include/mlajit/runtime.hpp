@@ -16,6 +16,9 @@ struct LaunchDims {
   unsigned grid[3] = {1, 1, 1};
   unsigned block[3] = {1, 1, 1};
   unsigned smem_bytes = 0;
+  // Thread-block cluster shape (CTAs per cluster along each grid dimension; the grid must be a
+  // multiple of it). {1, 1, 1}: no cluster attribute. Up to 8 CTAs (the portable cluster size).
+  unsigned cluster[3] = {1, 1, 1};
 };
 
 // One loaded module of one KernelSpec on one device/context.

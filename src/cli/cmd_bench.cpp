@@ -31,6 +31,11 @@ ops and their shape keys (defaults in brackets; tokens / keys / top_k mean what 
         per CTA, K by TMA at page_size >= 8), 64 = the tile scorer (64-key tiles);
         0 = persistent at page_size >= 8, else tile]
       persistent [1: the persistent scorer on one CTA per SM walking work items; 0: one work item per CTA]
+      batch [0] next_n [1] context [32768]: decode shapes (batch > 0): batch sequences of context keys,
+        the last next_n of them new, one query row each (replaces tokens and keys); --anchor then
+        times LIB's anchor_paged_mqa_logits (DeepGEMM-style paged logits over the engines' pages)
+      topk_ranks [0 = the plan's]: the top-k stage's CTAs per row (1, 2, 4, 8: a thread-block
+        cluster when > 1, sm_90 and newer); the one-CTA-per-row time is printed beside it
       --anchor LIB.so: also time LIB's anchor_mqa_logits (C ABI in src/ops/mla_indexer/bench.hpp)
   sparse_prefill
       tokens [4096] heads [128] top_k [2048] keys [32768] kv_dtype [bf16] page_size [64]
@@ -61,7 +66,25 @@ ops and their shape keys (defaults in brackets; tokens / keys / top_k mean what 
 )";
 
 void print_summary(const std::string& op, const nlohmann::json& r) {
-  if (op == "mla_indexer") {
+  if (op == "mla_indexer" && r.contains("decode")) {
+    const auto& d = r["decode"];
+    std::printf("mla_indexer H %d, decode batch %lld x next_n %lld over %lld keys, top-%d: scores %.3f ms, top-k %.3f ms "
+                "(%d CTAs per row; one CTA: %.3f ms), total %.3f ms (K %.2f TB/s)\n",
+                r["num_heads"].get<int>(), d["batch"].get<long long>(), d["next_n"].get<long long>(),
+                d["context"].get<long long>(), r["top_k"].get<int>(), r["scores_ms"].get<double>(),
+                r["topk_ms"].get<double>(), r["topk_ranks"].get<int>(), r["topk_one_cta_ms"].get<double>(),
+                r["total_ms"].get<double>(), r["k_tbps"].get<double>());
+    if (r.contains("anchor")) {
+      const auto& an = r["anchor"];
+      if (an.contains("error"))
+        std::printf("  anchor: %s\n", an["error"].get<std::string>().c_str());
+      else
+        std::printf("  anchor paged logits %.3f ms (K %.2f TB/s): mlajit total / anchor = %.2f, scores / anchor = %.2f, "
+                    "max rel diff %.1e\n",
+                    an["logits_ms"].get<double>(), an["k_tbps"].get<double>(), an["total_over_anchor"].get<double>(),
+                    an["scores_over_anchor"].get<double>(), an["max_rel_diff"].get<double>());
+    }
+  } else if (op == "mla_indexer") {
     std::printf("mla_indexer H %d, %lld new after %lld cached, top-%d: scores %.3f ms (%.0f TFLOP/s), top-k %.3f ms, total %.3f ms\n",
                 r["num_heads"].get<int>(), r["new_tokens"].get<long long>(), r["cached_tokens"].get<long long>(),
                 r["top_k"].get<int>(), r["scores_ms"].get<double>(), r["score_tflops"].get<double>(),
@@ -172,6 +195,12 @@ int cmd_bench(const Argv& argv) {
       a.cached_tokens = keys - a.new_tokens;
     }
     shape.take_int("top_k", a.top_k);
+    shape.take_int("batch", a.batch);
+    shape.take_int("next_n", a.next_n);
+    if (a.next_n < 1 || a.next_n > 16) throw_invalid("--shape next_n", a.next_n, "in [1, 16]");
+    shape.take_int("context", a.context);
+    shape.take_int("topk_ranks", a.topk_ranks);
+    if (a.batch < 0) throw_invalid("--shape batch", a.batch, ">= 0 (0: prefill shapes from tokens and keys)");
     shape.take_int("page_size", a.page_size);
     shape.take_int("stages", a.num_stages);
     shape.take_int("block_kv", a.block_kv);

@@ -46,8 +46,20 @@ constexpr int CU_TENSOR_MAP_L2_PROMOTION_NONE = 0;
 constexpr int CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3;
 constexpr int CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0;  // out-of-bounds elements read as zeros
 
-// cuda.h: CUlaunchAttribute is {id; pad to 8; 64-byte value union}; we never pass attributes.
-struct CUlaunchAttribute;
+// cuda.h: CUlaunchAttribute is {id; pad to 8; 64-byte value union}. The only attribute passed is
+// the cluster shape (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: value.clusterDim = {x, y, z}).
+constexpr int CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4;
+struct CUlaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    struct {
+      unsigned x, y, z;
+    } clusterDim;
+  } value;
+};
+static_assert(sizeof(CUlaunchAttribute) == 72, "CUlaunchAttribute layout must match cuda.h");
 struct CUlaunchConfig {
   unsigned gridDimX, gridDimY, gridDimZ;
   unsigned blockDimX, blockDimY, blockDimZ;

@@ -61,7 +61,13 @@ class LoadedKernel final : public Kernel {
       throw_invalid(fmt::format("dynamic shared memory of {}", e.symbol), d.smem_bytes,
                     fmt::format("at most {} bytes (the limit raised at load)", std::max(e.smem_bytes, kDefaultSmemLimit)));
     if (!args || args_size == 0) throw_invalid(fmt::format("argument struct of {}", e.symbol), "none", "a by-value struct");
-    driver::launch(functions_[entry], d.grid, d.block, d.smem_bytes, stream, args);
+    const unsigned ctas = d.cluster[0] * d.cluster[1] * d.cluster[2];
+    if (ctas < 1 || ctas > 8 || d.grid[0] % d.cluster[0] || d.grid[1] % d.cluster[1] || d.grid[2] % d.cluster[2])
+      throw_invalid(fmt::format("cluster shape of {}", e.symbol),
+                    fmt::format("{}x{}x{} (grid {}x{}x{})", d.cluster[0], d.cluster[1], d.cluster[2], d.grid[0],
+                                d.grid[1], d.grid[2]),
+                    "1 to 8 CTAs that divide the grid in every dimension");
+    driver::launch(functions_[entry], d.grid, d.block, d.smem_bytes, stream, args, d.cluster);
   }
 
  private:

@@ -34,6 +34,7 @@
 //      No k-th-largest rounds, no collect, no range pass. Exact by the same argument as step 4;
 //      a bucket reaching into the top k with more than kMaxBucket entries takes steps 3 and 4 as
 //      above.
+#include "common/cluster.cuh"
 #include "common/topk_layout.h"
 #include "common/topk_radix.cuh"
 #include "common/types.cuh"
@@ -50,7 +51,7 @@ struct SampleTopK {
   static constexpr int kSortCap = Layout::kSortCap;
   // Candidate capacity (topk_layout.h, sample_cap).
   static constexpr int kCap = Layout::kCap;
-  static constexpr int kRuns = 128, kRunLen = 16, kSamples = kRuns * kRunLen;
+  static constexpr u32 kRuns = 128, kRunLen = 16, kSamples = kRuns * kRunLen;
   static_assert(kSamples <= kCap, "the sample lives in the candidate buffer");
   // float4 loads in flight per thread: 8 x 16 B x 768 threads = 96 KiB per SM at 3 CTAs per SM.
   // 4 were too few for long rows (H100, H64 top-k 32K / 64K: 0.73 / 1.31 ms at 4, 0.69 / 1.19 at 8;
@@ -687,56 +688,106 @@ struct SampleTopK {
     __syncthreads();
   }
 
-  // Selects the top min(k, n) of row[0, n) (16-byte aligned, readable up to a multiple of 4
-  // floats). Returns the sorted entries (sort_entry) and sets kk = min(k, n).
-  static MJ_DEVICE const u64* run(Smem& sm, const float* row, u32 n, u32 k, u32& kk) {
-    Fast& f = sm.fast;
+  // Where the row pass appends its candidates: this CTA's own list (LocalSink), or in a cluster
+  // the list of the cluster's rank-0 CTA through distributed shared memory (RemoteSink: generic
+  // pointers from cluster::map_rank).
+  struct LocalSink {
+    Fast& f;
+    MJ_DEVICE u32 reserve(u32 n) { return atomicAdd(&f.count, n); }
+    MJ_DEVICE void put(u32 slot, u64 e) { f.cand[slot] = e; }
+    MJ_DEVICE void range(u32 kmin, u32 kmax) {
+      atomicMin(&f.cand_key_min, kmin);
+      atomicMax(&f.cand_key_max, kmax);
+    }
+  };
+  struct RemoteSink {
+    u32* count;
+    u64* cand;
+    u32* key_min;
+    u32* key_max;
+    MJ_DEVICE u32 reserve(u32 n) { return atomicAdd(count, n); }
+    MJ_DEVICE void put(u32 slot, u64 e) { cand[slot] = e; }
+    MJ_DEVICE void range(u32 kmin, u32 kmax) {
+      atomicMin(key_min, kmin);
+      atomicMax(key_max, kmax);
+    }
+  };
+
+  // 1. Threshold guess for a row of n > kCap keys from `runs` runs of kRunLen consecutive keys
+  //    spread over the row (runs * kRunLen <= kCap: the sample lives in cand): the r-th largest
+  //    sampled key. Every CTA that draws the same sample gets the same t_lo. Ends with a barrier
+  //    (cand and hist are free again).
+  //    The loads are all issued before the first store (one memory round trip, not one per
+  //    sample of the thread: 8 or 16 of them).
+  template <u32 RUNS>
+  static MJ_DEVICE u32 sample_threshold(Fast& f, const float* row, u32 n, u32 r) {
+    constexpr u32 kSamplesOf = RUNS * kRunLen;
+    static_assert(kSamplesOf % THREADS == 0 && kSamplesOf <= static_cast<u32>(kCap), "whole samples per thread");
+    constexpr int kPer = static_cast<int>(kSamplesOf / THREADS);
+    // Batches of at most 8 loads in flight: 16 spilled at the top-k's 80-register budget.
+    constexpr int kBatch = kPer < 8 ? kPer : 8;
+    static_assert(kPer % kBatch == 0, "whole batches");
+    const u32 tid = threadIdx.x;
+#pragma unroll 1
+    for (int b = 0; b < kPer; b += kBatch) {
+      float v[kBatch];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const u32 s = static_cast<u32>(b + i) * THREADS + tid;
+        const u32 run_idx = s / kRunLen, o = s % kRunLen;
+        const u32 start = static_cast<u32>((static_cast<u64>(run_idx) * (n - kRunLen)) / (RUNS - 1));
+        v[i] = row[start + o];
+      }
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const u32 s = static_cast<u32>(b + i) * THREADS + tid;
+        f.cand[s] = sort_entry(order_key(v[i]), s);
+      }
+    }
+    __syncthreads();
+    const u32 samples = kSamplesOf;
+    const u32 t_lo = static_cast<u32>(kth_largest(f, f.cand, samples, r) >> 32);
+    __syncthreads();
+    return t_lo;
+  }
+
+  // The candidate count aimed at: ~sqrt(k * CAP) keys >= t_lo, a factor sqrt(CAP / k) (1.41 at k
+  // 2048) of margin on both sides of [k, CAP].
+  static MJ_DEVICE float target_count(u32 k) { return sqrtf(static_cast<float>(k) * static_cast<float>(kCap)); }
+  // The sample rank expected to leave target_count(k) of the row's n keys at or above it: with
+  // the 2048-key sample > 6 standard deviations of the sample count for 32K-key rows, ~2.4 for
+  // 128K-key rows (about 1 row in 60 of that length misses [k, CAP] at the first try).
+  static MJ_DEVICE u32 initial_rank(u32 samples, u32 n, u32 k) {
+    const u32 r = static_cast<u32>(ceilf(static_cast<float>(samples) * target_count(k) / static_cast<float>(n)));
+    return r < 1u ? 1u : (r > samples ? samples : r);
+  }
+  // After a try at sample rank r found C candidates outside [k, CAP]: the rank that scales C to
+  // the target (the count is exact even past CAP, so one retry nearly always lands). Equal to r
+  // when no other rank can help (r already at an end: a tie at the threshold, or a sample that
+  // misses the row's top keys), which ends the retries.
+  static MJ_DEVICE u32 retarget_rank(u32 r, u32 C, u32 samples, u32 k) {
+    if (C == 0) return samples;
+    const float x = ceilf(static_cast<float>(r) * target_count(k) / static_cast<float>(C));
+    const u32 r2 = x < 1.f ? 1u : (x >= static_cast<float>(samples) ? samples : static_cast<u32>(x));
+    return r2;
+  }
+  // Tries of the sample threshold before the exact radix select takes the row.
+  static constexpr int kThresholdTries = 3;
+
+  // 2. One pass over row[lo, hi) (lo a multiple of 4): keys >= t_lo are appended to the sink's
+  //    candidate list as sort entries of their row position (past kCap only counted), and their
+  //    key range is merged into the sink's (for the fused select).
+  template <class Sink>
+  static MJ_DEVICE void row_pass(Sink& sink, const float* row, u32 lo, u32 hi, u32 t_lo) {
     const int tid = threadIdx.x;
     const u32 lane = lane_id();
-    kk = n < k ? n : k;
-    if (n <= k) {
-      for (u32 p = tid; p < n; p += THREADS) f.sel[p] = sort_entry(order_key(row[p]), p);
-      __syncthreads();
-      sort_desc(f, kk);
-      return f.sel;
-    }
-    if (tid == 0) {
-      f.count = 0;
-      f.sel_count = 0;
-      f.cand_key_min = ~0u;
-      f.cand_key_max = 0u;
-    }
-    // 1. Threshold guess.
-    u32 t_lo = 0;
-    if (n > static_cast<u32>(kCap)) {
-      for (int s = tid; s < kSamples; s += THREADS) {
-        const u32 run_idx = static_cast<u32>(s / kRunLen), o = static_cast<u32>(s % kRunLen);
-        const u32 start = static_cast<u32>((static_cast<u64>(run_idx) * (n - kRunLen)) / (kRuns - 1));
-        f.cand[s] = sort_entry(order_key(row[start + o]), static_cast<u32>(s));
-      }
-      __syncthreads();
-      // Expect ~sqrt(k * CAP) row keys >= t_lo: a factor sqrt(CAP / k) (1.41 at k 2048) of margin
-      // on both sides: > 6 standard deviations of the sample count for 32K-key rows, ~2.4 for
-      // 128K-key rows (about 1 row in 60 of that length takes the fallback).
-      const float target = sqrtf(static_cast<float>(k) * static_cast<float>(kCap));
-      u32 r = static_cast<u32>(ceilf(static_cast<float>(kSamples) * target / static_cast<float>(n)));
-      r = r < 1u ? 1u : (r > static_cast<u32>(kSamples) ? static_cast<u32>(kSamples) : r);
-      t_lo = static_cast<u32>(kth_largest(f, f.cand, kSamples, r) >> 32);
-    }
-    __syncthreads();  // the sample is dead; count is zero
-    // The fused select's bucket counters start at zero (visible after the row pass's barrier).
-    static_assert(kBins % (4 * THREADS) == 0, "bucket counters per thread");
-#pragma unroll
-    for (int q = 0; q < kBins / (4 * THREADS); ++q)
-      store4(&f.hist[4 * (q * THREADS + tid)], make_uint4(0u, 0u, 0u, 0u));
-    // 2. One pass: keys >= t_lo become candidates (and, for the fused select, their key range).
     u32 key_min = ~0u, key_max = 0u;
-    for (u32 e0 = 0; e0 < n; e0 += kPass) {
+    for (u32 e0 = lo; e0 < hi; e0 += kPass) {
       Float4 v[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const u32 first = e0 + (static_cast<u32>(u * THREADS + tid) << 2);
-        if (first < n) {
+        if (first < hi) {
           v[u] = load_stream(row + first);
         } else {
           v[u] = Float4{0.f, 0.f, 0.f, 0.f};
@@ -749,7 +800,7 @@ struct SampleTopK {
         const float xs[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          if (first + i < n && order_key(xs[i]) >= t_lo) hits |= 1u << (4 * u + i);
+          if (first + i < hi && order_key(xs[i]) >= t_lo) hits |= 1u << (4 * u + i);
       }
       const u32 c = static_cast<u32>(__popc(hits));
       u32 inc = c;
@@ -761,7 +812,7 @@ struct SampleTopK {
       const u32 total = __shfl_sync(0xffffffffu, inc, 31);
       if (total == 0) continue;
       u32 base = 0;
-      if (lane == 31) base = atomicAdd(&f.count, total);
+      if (lane == 31) base = sink.reserve(total);
       u32 slot = __shfl_sync(0xffffffffu, base, 31) + inc - c;
       if (hits) {
 #pragma unroll
@@ -772,7 +823,7 @@ struct SampleTopK {
           for (int i = 0; i < 4; ++i)
             if (hits & (1u << (4 * u + i))) {
               const u32 key = order_key(xs[i]);
-              if (slot < static_cast<u32>(kCap)) f.cand[slot] = sort_entry(key, first + i);
+              if (slot < static_cast<u32>(kCap)) sink.put(slot, sort_entry(key, first + i));
               ++slot;
               key_min = min(key_min, key);
               key_max = max(key_max, key);
@@ -782,11 +833,26 @@ struct SampleTopK {
     }
     key_min = __reduce_min_sync(0xffffffffu, key_min);
     key_max = __reduce_max_sync(0xffffffffu, key_max);
-    if (lane == 0) {
-      atomicMin(&f.cand_key_min, key_min);
-      atomicMax(&f.cand_key_max, key_max);
+    if (lane == 0) sink.range(key_min, key_max);
+  }
+
+  // Resets the candidate list and the fused select's bucket counters (before the row pass).
+  static MJ_DEVICE void reset_candidates(Fast& f) {
+    if (threadIdx.x == 0) {
+      f.count = 0;
+      f.sel_count = 0;
+      f.cand_key_min = ~0u;
+      f.cand_key_max = 0u;
     }
-    __syncthreads();
+    static_assert(kBins % (4 * THREADS) == 0, "bucket counters per thread");
+#pragma unroll
+    for (int q = 0; q < kBins / (4 * THREADS); ++q)
+      store4(&f.hist[4 * (q * THREADS + static_cast<int>(threadIdx.x))], make_uint4(0u, 0u, 0u, 0u));
+  }
+
+  // 3 + 4 after the row pass's closing barrier: the top k (n > k) among the candidates, sorted.
+  static MJ_DEVICE const u64* select_candidates(Smem& sm, const float* row, u32 n, u32 k) {
+    Fast& f = sm.fast;
     const u32 C = f.count;
     if (C < k || C > static_cast<u32>(kCap)) {
       // 3'. The sample misled (or t_lo fell inside a huge tie): the exact radix select.
@@ -804,6 +870,102 @@ struct SampleTopK {
     // 4. Sort (n > k here: kk == k).
     sort_desc(f, k);
     return f.sel;
+  }
+
+  // Steps 1 and 2 on one CTA for a row of n > k keys: the candidates in f (count, cand, key
+  // range), ready for select_candidates. Rows of at most CAP keys take every key (always in
+  // range); longer ones a sample threshold, retried at a rescaled sample rank when the count
+  // falls outside [k, CAP].
+  static MJ_DEVICE void collect_local(Fast& f, const float* row, u32 n, u32 k) {
+    u32 r = n > static_cast<u32>(kCap) ? initial_rank(kSamples, n, k) : 0u;
+    for (int attempt = 1;; ++attempt) {
+      const u32 t_lo = r != 0 ? sample_threshold<kRuns>(f, row, n, r) : 0u;
+      reset_candidates(f);
+      __syncthreads();
+      LocalSink sink{f};
+      row_pass(sink, row, 0, n, t_lo);
+      __syncthreads();
+      const u32 C = f.count;
+      if (r == 0 || (C >= k && C <= static_cast<u32>(kCap)) || attempt == kThresholdTries) return;
+      const u32 r2 = retarget_rank(r, C, kSamples, k);
+      if (r2 == r) return;
+      r = r2;  // every thread read count before the next sample's barrier, and reset follows it
+    }
+  }
+
+  // Rows of at most k keys: every key, sorted. Ends with a barrier.
+  static MJ_DEVICE const u64* take_all(Fast& f, const float* row, u32 n) {
+    for (u32 p = threadIdx.x; p < n; p += THREADS) f.sel[p] = sort_entry(order_key(row[p]), p);
+    __syncthreads();
+    sort_desc(f, n);
+    return f.sel;
+  }
+
+  // Selects the top min(k, n) of row[0, n) (16-byte aligned, readable up to a multiple of 4
+  // floats) on one CTA. Returns the sorted entries (sort_entry) and sets kk = min(k, n).
+  static MJ_DEVICE const u64* run(Smem& sm, const float* row, u32 n, u32 k, u32& kk) {
+    kk = n < k ? n : k;
+    if (n <= k) return take_all(sm.fast, row, n);
+    collect_local(sm.fast, row, n, k);
+    return select_candidates(sm, row, n, k);
+  }
+
+  // Runs of the cluster variant's sample: the whole candidate buffer (twice run()'s sample at k
+  // 2048), so that long rows rarely take the single-CTA fallback (128K keys: ~3.9 standard
+  // deviations of margin instead of 2.4).
+  static constexpr u32 kClusterRuns = kCap / kRunLen;
+  static constexpr u32 kClusterSamples = kClusterRuns * kRunLen;
+
+  // The same selection by the `ranks` CTAs of a cluster (this one `rank`), for the few long rows
+  // of a decode step, where one CTA per row leaves most SMs idle and the row pass is the latency.
+  // Every rank draws the same sample (so the same t_lo), passes over its quarter-aligned slice of
+  // the row and appends its candidates to rank 0's list in distributed shared memory; rank 0 then
+  // selects as run() does. Same result as run() (exact on any input; only the sample differs,
+  // which never changes the answer). Returns the sorted entries on rank 0, nullptr on the others.
+  // Rows of at most kCap keys (and clusters of one) take run()'s path on rank 0 alone. Every CTA
+  // of the cluster must call it with the same row and n.
+  static MJ_DEVICE const u64* run_cluster(Smem& sm, const float* row, u32 n, u32 k, u32& kk, u32 rank, u32 ranks) {
+    Fast& f = sm.fast;
+    kk = n < k ? n : k;
+    if (ranks == 1 || n <= static_cast<u32>(kCap)) {
+      // One CTA (rank 0) takes the row; uniform over the cluster: no cluster barrier on this path.
+      if (rank != 0) return nullptr;
+      if (n <= k) return take_all(f, row, n);
+      collect_local(f, row, n, k);
+    } else {
+      collect_cluster(f, row, n, k, rank, ranks);
+      if (rank != 0) return nullptr;
+    }
+    // One call site of the select (its code is most of the kernel's).
+    return select_candidates(sm, row, n, k);
+  }
+
+  // Steps 1 and 2 by the cluster for a row of n > kCap keys (run_cluster): rank 0's f holds the
+  // candidates afterwards; no CTA touches another's memory after it returns.
+  static MJ_DEVICE void collect_cluster(Fast& f, const float* row, u32 n, u32 k, u32 rank, u32 ranks) {
+    u32 r = initial_rank(kClusterSamples, n, k);
+    const u32 per = ((n + ranks - 1) / ranks + 3u) & ~3u;
+    const u32 lo = min(n, rank * per), hi = min(n, lo + per);
+    RemoteSink sink{cluster::map_rank(&f.count, 0u), cluster::map_rank(&f.cand[0], 0u),
+                    cluster::map_rank(&f.cand_key_min, 0u), cluster::map_rank(&f.cand_key_max, 0u)};
+    for (int attempt = 1;; ++attempt) {
+      const u32 t_lo = sample_threshold<kClusterRuns>(f, row, n, r);
+      if (rank == 0) reset_candidates(f);
+      // Rank 0's list is empty (its sample is dead) and every CTA has started (before any
+      // distributed shared memory access).
+      cluster::sync();
+      row_pass(sink, row, lo, hi, t_lo);
+      // Every append is visible to rank 0.
+      cluster::sync();
+      // The count is final here and stays so until rank 0 resets it or exits, both after the
+      // barrier below: every rank reads the same C and takes the same decision.
+      const u32 C = *sink.count;
+      cluster::sync();
+      if ((C >= k && C <= static_cast<u32>(kCap)) || attempt == kThresholdTries) return;
+      const u32 r2 = retarget_rank(r, C, kClusterSamples, k);
+      if (r2 == r) return;
+      r = r2;
+    }
   }
 };
 

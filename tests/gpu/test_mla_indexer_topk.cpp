@@ -118,7 +118,9 @@ DeviceBuffer upload(const std::vector<T>& v) {
 
 // Runs only the top-k stage over `rows` (row b has rows[b].size() visible keys: one new token
 // after size - 1 cached, mask none) and returns the output [B, k]. max_keys bounds the rows.
-std::vector<int32_t> run_topk(const std::vector<std::vector<float>>& rows, int k, int64_t max_keys) {
+// `extra`: more IndexerStage flags (kIndexerTopkOneCta: one CTA per row where the plan would give
+// the rows clusters).
+std::vector<int32_t> run_topk(const std::vector<std::vector<float>>& rows, int k, int64_t max_keys, unsigned extra = 0) {
   const int B = static_cast<int>(rows.size());
   const int H = 64;
   MlaIndexerParams p;
@@ -149,7 +151,7 @@ std::vector<int32_t> run_topk(const std::vector<std::vector<float>>& rows, int k
   const TensorView vq(dq.get(), DType::fp8_e4m3, {B, H, 128}), vqs(dqs.get(), DType::f32, {B, H}),
       voff(doff.get(), DType::u32, {B + 1}), vout(out.get(), DType::i32, {B, k}),
       vws(dws.get(), DType::f32, {static_cast<int64_t>(ws.size())});
-  ops::detail::mla_indexer_run(p, vq, vqs, voff, kc, 0, max_keys, vout, vws, nullptr, ops::detail::kIndexerTopk);
+  ops::detail::mla_indexer_run(p, vq, vqs, voff, kc, 0, max_keys, vout, vws, nullptr, ops::detail::kIndexerTopk | extra);
   driver::synchronize();
   std::vector<int32_t> got(static_cast<size_t>(B) * k);
   out.download(got.data(), got.size() * 4);
@@ -167,21 +169,25 @@ void check_sizes(int k, const std::vector<int64_t>& sizes, const std::vector<Pat
       what.push_back(std::to_string(n) + " keys, " + name(p));
       max_keys = std::max(max_keys, n);
     }
-  const std::vector<int32_t> got = run_topk(rows, k, max_keys);
-  int bad_rows = 0;
-  for (size_t b = 0; b < rows.size(); ++b) {
-    const std::vector<int32_t> want = ref::topk_ref_f32(rows[b], k);
-    for (int x = 0; x < k; ++x)
-      if (got[b * k + x] != want[x]) {
-        ++bad_rows;
-        INFO("k " << k << ", row " << what[b] << ": slot " << x << " expected " << want[x] << ", got "
-                  << got[b * k + x]);
-        CHECK(got[b * k + x] == want[x]);
-        break;
-      }
+  // The plan's launch (on sm_90 and newer, few long rows: a cluster of CTAs per row) and one CTA
+  // per row: both must equal the reference exactly.
+  for (const unsigned extra : {0u, static_cast<unsigned>(ops::detail::kIndexerTopkOneCta)}) {
+    const std::vector<int32_t> got = run_topk(rows, k, max_keys, extra);
+    int bad_rows = 0;
+    for (size_t b = 0; b < rows.size(); ++b) {
+      const std::vector<int32_t> want = ref::topk_ref_f32(rows[b], k);
+      for (int x = 0; x < k; ++x)
+        if (got[b * k + x] != want[x]) {
+          ++bad_rows;
+          INFO("k " << k << ", row " << what[b] << (extra ? " (one CTA per row)" : " (the plan's launch)") << ": slot "
+                    << x << " expected " << want[x] << ", got " << got[b * k + x]);
+          CHECK(got[b * k + x] == want[x]);
+          break;
+        }
+    }
+    std::printf("  top-k stage k %-4d %zu rows (%zu lengths x %zu patterns)%s: %d rows differ\n", k, rows.size(),
+                sizes.size(), patterns.size(), extra ? ", one CTA per row" : "", bad_rows);
   }
-  std::printf("  top-k stage k %-4d %zu rows (%zu lengths x %zu patterns): %d rows differ\n", k, rows.size(),
-              sizes.size(), patterns.size(), bad_rows);
 }
 
 const std::vector<Pattern> kAll = {Pattern::normal,       Pattern::equal,       Pattern::nan,
@@ -199,6 +205,14 @@ TEST_SUITE("gpu mla_indexer") {
   TEST_CASE("top-k stage on crafted rows, k 4096 and k 64") {
     check_sizes(4096, {4095, 4096, 4097, 8193, 40000}, kAll, 8);
     check_sizes(64, {1, 63, 64, 65, 2048, 2049, 20000}, kAll, 9);
+  }
+
+  TEST_CASE("top-k stage on a decode step's few long rows, k 2048: 8 CTAs per row on sm_90 and newer") {
+    // 10 rows of 131072 keys (every pattern): 8 CTAs per row, slices of 16K keys; then 20 rows of
+    // 9000 keys: 4 per row (slices of >= 2048 keys). Rows whose sample misleads retry their
+    // threshold or fall back on rank 0.
+    check_sizes(2048, {131072}, kAll, 12);
+    check_sizes(2048, {9000, 9000}, kAll, 13);
   }
 
   TEST_CASE("top-k stage on 1299 rows of 24000 keys, k 2048: several waves in one launch") {

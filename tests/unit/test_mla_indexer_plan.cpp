@@ -276,4 +276,34 @@ TEST_SUITE("mla_indexer plan") {
     }
     CHECK(indexer::kTmaMinPage == 8);
   }
+
+  TEST_CASE("the top-k's CTAs per row: clusters for a decode step's few long rows, one CTA otherwise") {
+    MlaIndexerParams p;
+    p.num_heads = 64;
+    p.top_k = 2048;
+    p.page_size = 64;
+    const indexer::Layout l = indexer::layout(p);
+    CHECK(l.topk_candidates == 4096);
+    // 132 SMs x 3 top-k CTAs: clusters of up to 8 while rows x ranks stays within half the slots.
+    CHECK(indexer::topk_ranks(l, 1, 32768, 132, true) == 8);
+    CHECK(indexer::topk_ranks(l, 32, 131072, 132, true) == 8);
+    CHECK(indexer::topk_ranks(l, 64, 32768, 132, true) == 4);
+    CHECK(indexer::topk_ranks(l, 128, 131072, 132, true) == 2);
+    // Rows of >= 64K keys take 2 even past one wave.
+    CHECK(indexer::topk_ranks(l, 256, 131072, 132, true) == 2);
+    CHECK(indexer::topk_ranks(l, 256, 32768, 132, true) == 1);
+    CHECK(indexer::topk_ranks(l, 1024, 131072, 132, true) == 1);
+    CHECK(indexer::topk_ranks(l, 256, 32768, 132, true, 4) == 4);  // forced (A/B)
+    CHECK(indexer::topk_ranks(l, 4096, 32768, 132, true) == 1);
+    // Slices keep >= 2048 keys; rows of at most twice the candidate capacity take one CTA.
+    CHECK(indexer::topk_ranks(l, 1, 9000, 132, true) == 4);
+    CHECK(indexer::topk_ranks(l, 1, 8192, 132, true) == 1);
+    // No clusters before sm_90.
+    CHECK(indexer::topk_ranks(l, 1, 131072, 132, false) == 1);
+    CHECK(indexer::arch_has_clusters("sm_90a"));
+    CHECK(indexer::arch_has_clusters("sm_100a"));
+    CHECK_FALSE(indexer::arch_has_clusters("sm_89"));
+    CHECK_FALSE(indexer::arch_has_clusters("sm_80"));
+    CHECK_FALSE(indexer::arch_has_clusters("compute_90"));
+  }
 }

@@ -4,6 +4,8 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstring>
+#include <functional>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -11,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "autotune/device_data.hpp"
 #include "mlajit/autotune.hpp"
 #include "mlajit/driver.hpp"
 #include "core/input.hpp"
@@ -65,9 +68,223 @@ struct Anchor {
   Anchor& operator=(const Anchor&) = delete;
 };
 
+using AnchorPagedMetaBytesFn = size_t (*)(int);
+using AnchorPagedLogitsFn = int (*)(const void*, const void*, const float*, const int*, const int*, int, float*,
+                                    long long, int, int, int, int, int, void*, int, int, void*);
+
+// The decode anchor (bench.hpp: decode ABI): DeepGEMM-style paged logits over the engines' pages.
+struct PagedAnchor {
+  void* lib = nullptr;
+  AnchorPagedMetaBytesFn meta_bytes = nullptr;
+  AnchorPagedLogitsFn logits = nullptr;
+  AnchorInfoFn info = nullptr;
+  explicit PagedAnchor(const std::string& path) {
+    if (path.find('/') != std::string::npos) require_regular_file(path, "--anchor");
+    lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      const char* e = dlerror();
+      throw_invalid("--anchor", path, std::string("a loadable shared library (dlopen: ") + (e ? e : "?") + ")");
+    }
+    meta_bytes = reinterpret_cast<AnchorPagedMetaBytesFn>(dlsym(lib, "anchor_paged_mqa_logits_meta_bytes"));
+    logits = reinterpret_cast<AnchorPagedLogitsFn>(dlsym(lib, "anchor_paged_mqa_logits"));
+    info = reinterpret_cast<AnchorInfoFn>(dlsym(lib, "anchor_paged_mqa_logits_info"));  // optional
+    if (!meta_bytes || !logits) {
+      dlclose(lib);
+      throw_invalid("--anchor", path,
+                    "a library exporting anchor_paged_mqa_logits and anchor_paged_mqa_logits_meta_bytes at decode "
+                    "shapes (batch > 0)");
+    }
+  }
+  ~PagedAnchor() { dlclose(lib); }
+  PagedAnchor(const PagedAnchor&) = delete;
+  PagedAnchor& operator=(const PagedAnchor&) = delete;
+};
+
+// Decode shapes: `batch` sequences of `context` keys, the last next_n new (bench.hpp).
+nlohmann::json bench_mla_indexer_decode(const MlaIndexerBenchArgs& a) {
+  MLAJIT_EXPECT(a.next_n >= 1 && a.next_n <= 16, "next_n", a.next_n, "in [1, 16]");
+  MLAJIT_EXPECT(a.context >= a.next_n && a.context < (int64_t{1} << 31) - 1024, "context", a.context,
+                fmt::format("in [next_n = {}, 2^31 - 1024)", a.next_n));
+  MLAJIT_EXPECT(a.reps >= 1, "reps", a.reps, ">= 1");
+  MLAJIT_EXPECT(a.topk_ranks == 0 || a.topk_ranks == 1 || a.topk_ranks == 2 || a.topk_ranks == 4 || a.topk_ranks == 8,
+                "topk_ranks", a.topk_ranks, "0 (the plan's) or 1, 2, 4, 8");
+  MlaIndexerParams p;
+  p.num_heads = a.num_heads;
+  p.top_k = a.top_k;
+  p.page_size = a.page_size;
+  p.mask = a.mask;
+  p.num_stages = a.num_stages;
+  p.block_kv = a.block_kv;
+  indexer::layout(p);
+  std::unique_ptr<PagedAnchor> anchor;
+  if (!a.anchor.empty()) anchor = std::make_unique<PagedAnchor>(a.anchor);
+  driver::ensure_context();
+
+  const int64_t B = a.batch, N = a.next_n, T = B * N, H = a.num_heads, page = a.page_size;
+  const int64_t pps = (a.context + page - 1) / page, num_blocks = B * pps;
+  MLAJIT_EXPECT(num_blocks < (int64_t{1} << 31), "batch x pages per sequence", num_blocks, "< 2^31");
+  autotune::data::Rng rng(1234);
+  // Keys and scales repeat a random tile (odd lengths: repeats do not line up with pages);
+  // generating gigabytes on one host core would dominate the run.
+  std::vector<uint8_t> ktile = autotune::data::random_bytes(DType::fp8_e4m3, (size_t{1} << 20) + 7, rng);
+  std::vector<float> stile(4099);
+  for (auto& v : stile) v = rng.uniform(0.5f, 2.0f);
+  std::vector<uint8_t> kb(static_cast<size_t>(num_blocks * page * 128));
+  for (size_t i = 0; i < kb.size(); i += ktile.size())
+    std::copy_n(ktile.begin(), std::min(ktile.size(), kb.size() - i), kb.begin() + static_cast<int64_t>(i));
+  std::vector<float> ks(static_cast<size_t>(num_blocks * page));
+  for (size_t i = 0; i < ks.size(); ++i) ks[i] = stile[i % stile.size()];
+  std::vector<uint8_t> q = autotune::data::random_bytes(DType::fp8_e4m3, static_cast<size_t>(T * H * 128), rng);
+  std::vector<float> qs(static_cast<size_t>(T * H));
+  for (auto& v : qs) v = rng.uniform(-1.0f, 1.0f);
+  std::vector<uint32_t> lut(static_cast<size_t>(num_blocks));
+  std::iota(lut.begin(), lut.end(), 0u);
+  std::mt19937_64 shuffle_rng(99);
+  std::shuffle(lut.begin(), lut.end(), shuffle_rng);
+  std::vector<uint32_t> off(static_cast<size_t>(B + 1)), cl(static_cast<size_t>(B), static_cast<uint32_t>(a.context - N));
+  for (int64_t b = 0; b <= B; ++b) off[b] = static_cast<uint32_t>(b * N);
+
+  auto up = [](const void* ptr, size_t n) {
+    driver::DeviceBuffer buf(std::max<size_t>(n, 16));
+    buf.upload(ptr, n);
+    return buf;
+  };
+  driver::DeviceBuffer dq = up(q.data(), q.size()), dqs = up(qs.data(), qs.size() * 4), dkb = up(kb.data(), kb.size()),
+                       dks = up(ks.data(), ks.size() * 4), dlut = up(lut.data(), lut.size() * 4),
+                       doff = up(off.data(), off.size() * 4), dcl = up(cl.data(), cl.size() * 4);
+  const size_t ws_bytes = ops::mla_indexer_workspace_bytes(p, T, a.context);
+  driver::DeviceBuffer ws(std::max<size_t>(ws_bytes, 16)), out(static_cast<size_t>(T * a.top_k) * 4);
+  ops::PagedCacheView kc;
+  kc.blocks = TensorView(dkb.get(), DType::fp8_e4m3, {num_blocks, 1, 1, page, 1, 128});
+  kc.scales = TensorView(dks.get(), DType::f32, {num_blocks, 1, 1, page, 1, 1});
+  kc.lookup_table = TensorView(dlut.get(), DType::u32, {B, pps});
+  kc.cache_lengths = TensorView(dcl.get(), DType::u32, {B});
+  const TensorView vq(dq.get(), DType::fp8_e4m3, {T, H, 128}), vqs(dqs.get(), DType::f32, {T, H}),
+      voff(doff.get(), DType::u32, {B + 1}), vout(out.get(), DType::i32, {T, a.top_k}),
+      vws(ws.get(), DType::f32, {static_cast<int64_t>(std::max<size_t>(ws_bytes, 16) / 4)});
+  auto run_stages = [&](unsigned stages) {
+    ops::detail::mla_indexer_run(p, vq, vqs, voff, kc, 0, a.context, vout, vws, nullptr,
+                                 stages | (a.persistent ? 0u : ops::detail::kIndexerOneItemPerCta) |
+                                     ops::detail::kIndexerTopkRanks(static_cast<unsigned>(a.topk_ranks)));
+  };
+
+  // The anchor's cache: the same keys in the engines' pages (64 x 128 e4m3, then 64 f32 scales).
+  nlohmann::json anchor_json;
+  driver::DeviceBuffer dpages(16), dmeta(16), dlogits(16), dctx(16);
+  const long long logits_stride = (a.context + 255) / 256 * 256;
+  const int sms = Runtime::global().sm_count();
+  bool anchor_ok = false;
+  if (anchor) {
+    if (anchor->info) anchor_json["info"] = anchor->info();
+    if (page != 64) {
+      anchor_json["error"] = "the engines' page layout has 64-token pages; page_size is " + std::to_string(page);
+    } else {
+      constexpr size_t kPageBytes = 64 * 132;
+      std::vector<uint8_t> pages(static_cast<size_t>(num_blocks) * kPageBytes);
+      for (int64_t blk = 0; blk < num_blocks; ++blk) {
+        std::copy_n(kb.begin() + blk * 64 * 128, 64 * 128, pages.begin() + blk * static_cast<int64_t>(kPageBytes));
+        std::memcpy(pages.data() + blk * kPageBytes + 64 * 128, ks.data() + blk * 64, 64 * 4);
+      }
+      dpages = up(pages.data(), pages.size());
+      std::vector<int> ctx(static_cast<size_t>(B), static_cast<int>(a.context));
+      dctx = up(ctx.data(), ctx.size() * 4);
+      dmeta = driver::DeviceBuffer(std::max<size_t>(anchor->meta_bytes(sms), 16));
+      dlogits = driver::DeviceBuffer(static_cast<size_t>(T * logits_stride) * 4);
+      auto call = [&](int phase) {
+        return anchor->logits(dq.get(), dpages.get(), static_cast<const float*>(dqs.get()),
+                              static_cast<const int*>(dctx.get()), static_cast<const int*>(dlut.get()),
+                              static_cast<int>(pps), static_cast<float*>(dlogits.get()), logits_stride,
+                              static_cast<int>(B), static_cast<int>(N), static_cast<int>(H),
+                              static_cast<int>(num_blocks), static_cast<int>(a.context), dmeta.get(), sms, phase,
+                              nullptr);
+      };
+      int rc = call(0);
+      if (rc == 0) rc = call(1);
+      driver::synchronize();
+      if (rc != 0) anchor_json["error"] = "anchor_paged_mqa_logits returned " + std::to_string(rc);
+      anchor_ok = rc == 0;
+    }
+  }
+  auto run_anchor = [&] {
+    anchor->logits(dq.get(), dpages.get(), static_cast<const float*>(dqs.get()), static_cast<const int*>(dctx.get()),
+                   static_cast<const int*>(dlut.get()), static_cast<int>(pps), static_cast<float*>(dlogits.get()),
+                   logits_stride, static_cast<int>(B), static_cast<int>(N), static_cast<int>(H),
+                   static_cast<int>(num_blocks), static_cast<int>(a.context), dmeta.get(), sms, 1, nullptr);
+  };
+
+  const unsigned kScores = ops::detail::kIndexerScores, kTopk = ops::detail::kIndexerTopk;
+  const unsigned kOneCta = ops::detail::kIndexerTopkOneCta;
+  std::vector<std::function<void(Stream)>> launches{[&](Stream) { run_stages(kScores); },
+                                                    [&](Stream) { run_stages(kTopk); },
+                                                    [&](Stream) { run_stages(kScores | kTopk); },
+                                                    [&](Stream) { run_stages(kTopk | kOneCta); }};
+  if (anchor_ok) launches.push_back([&](Stream) { run_anchor(); });
+  const std::vector<autotune::Timing> timings = autotune::time_interleaved(launches, 2, a.reps);
+  const double scores_ms = timings[0].median_ms, topk_ms = timings[1].median_ms, total_ms = timings[2].median_ms;
+  const int topk_ranks = indexer::topk_ranks(indexer::layout(p), T, a.context, sms,
+                                             indexer::arch_has_clusters(Runtime::global().arch()), a.topk_ranks);
+
+  int64_t pairs = 0;
+  for (int64_t i = 0; i < N; ++i) pairs += a.mask == Mask::causal ? a.context - N + i + 1 : a.context;
+  pairs *= B;
+  const double flops = 2.0 * static_cast<double>(pairs) * static_cast<double>(H) * 128.0;
+  const double k_bytes = static_cast<double>(B) * static_cast<double>(a.context) * 132.0;
+  nlohmann::json j;
+  j["op"] = "mla_indexer";
+  j["decode"] = {{"batch", B}, {"next_n", N}, {"context", a.context}};
+  j["num_heads"] = H;
+  j["top_k"] = a.top_k;
+  j["page_size"] = page;
+  j["mask"] = a.mask == Mask::causal ? "causal" : "none";
+  j["reps"] = a.reps;
+  j["num_stages"] = a.num_stages;
+  j["block_kv"] = a.block_kv;
+  j["persistent"] = a.persistent;
+  j["arch"] = Runtime::global().arch();
+  j["visible_pairs"] = pairs;
+  j["workspace_bytes"] = ws_bytes;
+  j["scores_ms"] = scores_ms;
+  j["topk_ms"] = topk_ms;
+  j["total_ms"] = total_ms;
+  j["score_tflops"] = flops / (scores_ms * 1e-3) / 1e12;
+  j["total_tflops"] = flops / (total_ms * 1e-3) / 1e12;
+  j["topk_ranks"] = topk_ranks;  // CTAs per row of the top-k stage (a cluster when > 1)
+  j["topk_one_cta_ms"] = timings[3].median_ms;  // the same stage with one CTA per row
+  j["k_bytes"] = k_bytes;
+  j["k_tbps"] = k_bytes / (total_ms * 1e-3) / 1e12;
+  j["scores_k_tbps"] = k_bytes / (scores_ms * 1e-3) / 1e12;
+  if (anchor_ok) {
+    run_stages(kScores);
+    run_anchor();
+    driver::synchronize();
+    const int64_t stride = (a.context + 3) / 4 * 4;
+    const int64_t chunk_rows = std::max<int64_t>(1, static_cast<int64_t>(ws_bytes) / (stride * 4));
+    const int64_t t = T - 1, local = t - (t / chunk_rows) * chunk_rows;
+    const int64_t vis = a.mask == Mask::causal ? a.context : a.context;  // the last token sees the whole context
+    std::vector<float> mine(static_cast<size_t>(vis)), theirs(static_cast<size_t>(vis));
+    ws.download(mine.data(), mine.size() * 4, static_cast<size_t>(local * stride * 4));
+    dlogits.download(theirs.data(), theirs.size() * 4, static_cast<size_t>(t * logits_stride * 4));
+    double maxabs = 0, maxdiff = 0;
+    for (int64_t x = 0; x < vis; ++x) {
+      maxabs = std::max(maxabs, std::fabs(static_cast<double>(mine[x])));
+      maxdiff = std::max(maxdiff, std::fabs(static_cast<double>(mine[x]) - theirs[x]));
+    }
+    const double anchor_ms = timings[4].median_ms;
+    anchor_json["logits_ms"] = anchor_ms;
+    anchor_json["k_tbps"] = k_bytes / (anchor_ms * 1e-3) / 1e12;
+    anchor_json["total_over_anchor"] = total_ms / anchor_ms;
+    anchor_json["scores_over_anchor"] = scores_ms / anchor_ms;
+    anchor_json["max_rel_diff"] = maxabs > 0 ? maxdiff / maxabs : maxdiff;
+  }
+  if (anchor) j["anchor"] = anchor_json;
+  return j;
+}
+
 }  // namespace
 
 nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
+  if (a.batch > 0) return bench_mla_indexer_decode(a);
+  MLAJIT_EXPECT(a.batch == 0, "batch", a.batch, ">= 0 (0: one sequence of new_tokens after cached_tokens)");
   MLAJIT_EXPECT(a.new_tokens >= 1, "new_tokens", a.new_tokens, ">= 1");
   MLAJIT_EXPECT(a.cached_tokens >= 0, "cached_tokens", a.cached_tokens, ">= 0");
   MLAJIT_EXPECT(a.reps >= 1, "reps", a.reps, ">= 1");

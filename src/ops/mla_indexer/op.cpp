@@ -12,6 +12,7 @@
 // workspace (at least one score row) also works: the chunks then hold as many rows as it fits.
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -171,11 +172,17 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
   if (T == 0) return;
   ch.chunk_rows = std::min<int64_t>(ch.chunk_rows, static_cast<int64_t>(ws_have / row_bytes));
 
+  const unsigned forced_ranks = (stages >> kIndexerTopkRanksShift) & 15u;
+  MLAJIT_EXPECT(forced_ranks == 0 || forced_ranks == 1 || forced_ranks == 2 || forced_ranks == 4 || forced_ranks == 8,
+                "forced top-k CTAs per row", forced_ranks, "0 (the plan's) or 1, 2, 4, 8");
+
   // ---- launch ----
   Runtime& rt = Runtime::global();
   const auto kernel = rt.get_for_launch(KernelSpec{p}, stream);
   const bool sm90 = rt.arch() == "sm_90a" && !(stages & kIndexerForcePortable);
   const int sms = std::max(1, rt.sm_count());
+  // Thread-block clusters (the top-k's CTAs per row) from sm_90 on.
+  const bool clusters = indexer::arch_has_clusters(rt.arch());
 
   MlaIndexerScoresArgs sa{};
   sa.q = static_cast<const unsigned char*>(q.data);
@@ -240,7 +247,10 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
     }
     if (stages & kIndexerTopk) {
       LaunchDims d;
-      d.grid[0] = static_cast<unsigned>(rows);
+      const int ranks = indexer::topk_ranks(lay, rows, max_keys_per_seq, sms, clusters && !(stages & kIndexerTopkOneCta),
+                                            static_cast<int>((stages >> kIndexerTopkRanksShift) & 15u));
+      d.grid[0] = static_cast<unsigned>(rows * ranks);
+      d.cluster[0] = static_cast<unsigned>(ranks);
       d.block[0] = static_cast<unsigned>(lay.topk_threads);
       d.smem_bytes = lay.topk_smem_bytes;
       kernel->launch(2, d, stream, ta);

@@ -5,6 +5,7 @@
 // so the host cannot launch with a size the device does not use.
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -151,6 +152,34 @@ inline Sm90Work sm90_work(const Layout& l, int64_t rows, int64_t max_keys, int s
     w.grid_x = static_cast<unsigned>(persistent ? std::min<int64_t>(sms, w.items) : w.items);
   }
   return w;
+}
+
+// Whether a compile target launches thread-block clusters: sm_90 and newer ("sm_90a" -> 90).
+inline bool arch_has_clusters(const std::string& arch) {
+  int v = 0;
+  for (size_t i = 3; i < arch.size() && arch[i] >= '0' && arch[i] <= '9'; ++i) v = v * 10 + (arch[i] - '0');
+  return arch.rfind("sm_", 0) == 0 && v >= 90;
+}
+
+// CTAs per row of the top-k stage (a thread-block cluster of that many, sm_90 and newer): at decode
+// shapes a step has few rows, each long, and one CTA per row leaves most SMs idle while each row's
+// pass over its scores is the latency. Doubling while all of them still fit the top-k's slots at
+// once (kTopkMinBlocks CTAs per SM), up to 8 (the portable cluster size), while each rank's slice
+// keeps >= 2048 keys; 1 (one CTA per row) for rows of at most twice the candidate capacity, which
+// the select takes whole without a sample. Examples at 132 SMs and 32K keys: 1 row -> 8, 64 rows
+// -> 4, 128 rows -> 2, 4096 rows (prefill) -> 1. `forced` > 0 (the benchmark's and the tests'
+// A/B, ops::detail::kIndexerTopkRanks) replaces the choice where clusters exist.
+inline int topk_ranks(const Layout& l, int64_t rows, int64_t max_keys, int sms, bool clusters, int forced = 0) {
+  if (!clusters) return 1;
+  if (forced > 0) return forced;
+  if (max_keys <= 2 * int64_t{l.topk_candidates}) return 1;
+  const int64_t slots = int64_t{sms} * l.topk_min_blocks;
+  int ranks = 1;
+  while (ranks < 8 && rows * ranks * 2 <= slots && max_keys / (ranks * 2) >= 2048) ranks *= 2;
+  // Rows of 64K keys and more are long enough that halving each CTA's pass pays for a second
+  // wave: 256 rows of 128K keys, 132 SMs: 0.20 ms on one CTA per row.
+  if (ranks == 1 && max_keys >= 65536 && rows * 2 <= 2 * slots) ranks = 2;
+  return ranks;
 }
 
 }  // namespace mlajit::indexer

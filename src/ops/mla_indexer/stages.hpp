@@ -24,7 +24,14 @@ enum IndexerStage : unsigned {
   // The persistent scorer's grid sized for kIndexerSmallGridSms SMs instead of the device's, so
   // that the GPU tests walk many work items per CTA, in uneven numbers, on any device.
   kIndexerSmallGrid = 16u,
+  // The top-k stage with one CTA per row even where the plan would give each row a cluster of
+  // CTAs (indexer::topk_ranks), for A/B runs and the tests' comparison of the two.
+  kIndexerTopkOneCta = 32u,
 };
+// Bits 8..11 of `stages`: when nonzero, the top-k stage's CTAs per row (1, 2, 4 or 8; a cluster
+// when > 1, sm_90 and newer) instead of the plan's choice (indexer::topk_ranks), for A/B runs.
+constexpr unsigned kIndexerTopkRanksShift = 8u;
+constexpr unsigned kIndexerTopkRanks(unsigned ranks) { return ranks << kIndexerTopkRanksShift; }
 
 // Same contract as ops::mla_indexer; `stages` is a mask of IndexerStage. Running only the top-k
 // stage reads whatever the workspace holds (the benchmark runs the scores stage first); with more

@@ -295,7 +295,6 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
                                          std::max(1, rt.sm_count()));
     a_ws = driver::DeviceBuffer(std::max<size_t>(wsb, 16));
   } else if (with_anchor) {
-    const size_t es = dtype_size(p.kv_dtype);
     const size_t row_bytes = static_cast<size_t>(p.row_bytes());
     const size_t page_bytes = static_cast<size_t>(p.page_size) * row_bytes;
     std::vector<uint8_t> page(page_bytes);
