@@ -36,7 +36,7 @@ typedef enum mlajit_dtype {
   MLAJIT_FP8_E4M3 = 3,
   MLAJIT_U32 = 4,
   MLAJIT_I32 = 5,
-  MLAJIT_U8 = 6 /* raw bytes: the records of a layout "fp8_ds_mla" cache */
+  MLAJIT_U8 = 6 /* raw bytes: the records of a layout "fp8_ds_mla" cache, the pages of "fp8_page_scales" */
 } mlajit_dtype;
 
 #define MLAJIT_MAX_DIMS 6
@@ -52,8 +52,9 @@ typedef struct mlajit_tensor {
 } mlajit_tensor;
 
 /* The paged cache of SPEC §1. scales may be NULL when the cache is not fp8 (and must be NULL for
- * the layout "fp8_ds_mla", whose u8 blocks hold the scales); lookup_table and
- * cache_lengths may be NULL for ops that do not read them (sparse_prefill). */
+ * the layouts "fp8_ds_mla" and "fp8_page_scales", whose u8 blocks hold the scales: records
+ * [num_blocks, 1, num_layers, page_size, 656], pages [num_blocks, 1, num_layers, page_size, 132]);
+ * lookup_table and cache_lengths may be NULL for ops that do not read them (sparse_prefill). */
 typedef struct mlajit_paged_cache {
   const mlajit_tensor* blocks;
   const mlajit_tensor* scales;

@@ -29,12 +29,17 @@ enum class KvStaging { none, bf16 };
 // The paged cache's storage (SPEC §1). split: `blocks` of dtype plus a separate f32 `scales` tensor
 // for fp8. fp8_ds_mla: FlashMLA's DeepSeek-V3.2 fp8 latent record, one 656-byte record per token
 // (512 e4m3, 4 f32 tile scales, 64 bf16 rope) in u8 `blocks`, no `scales` tensor.
-enum class CacheLayout { split, fp8_ds_mla };
+// fp8_page_scales: the indexer K cache of DeepGEMM's paged MQA logits and of vLLM: each page holds
+// page_size x 128 e4m3 (token after token) followed by the page's page_size f32 scales, in u8
+// `blocks`, no `scales` tensor.
+enum class CacheLayout { split, fp8_ds_mla, fp8_page_scales };
 
 // SPEC §1. The paged KV cache layout:
 //   split:      blocks [num_blocks, kv_dim, num_layers, page_size, num_heads, head_size] of dtype
 //               scales [num_blocks, kv_dim, num_layers, page_size, num_heads, head_dim_granularity] f32
 //   fp8_ds_mla: blocks [num_blocks, 1, num_layers, page_size, 656] u8 (one record per token), no scales
+//   fp8_page_scales: blocks [num_blocks, 1, num_layers, page_size, 132] u8, no scales: page (block,
+//               layer) is page_size * 132 bytes, its tokens' 128 e4m3 each, then their f32 scales
 struct PagedKVCacheParams {
   DType dtype = DType::bf16;        // bf16 | f16 | f32 | fp8_e4m3
   int num_heads = 1;
@@ -45,8 +50,10 @@ struct PagedKVCacheParams {
   int quantization_granularity = 0; // fp8 only: elements sharing one scale (0 = head_size)
   ScaleFmt scale_fmt = ScaleFmt::fp32;
   // split (default) | fp8_ds_mla (dtype fp8_e4m3, num_heads 1, head_size 576, is_mla, granularity
-  // 128 (or 0), scale_fmt ue8m0). Written to JSON only when not split, so that the JSON, the
-  // canonical form, the names and the generated sources of split caches do not mention it.
+  // 128 (or 0), scale_fmt ue8m0) | fp8_page_scales (dtype fp8_e4m3, num_heads 1, head_size 128,
+  // is_mla, granularity 128 (or 0), page_size a multiple of 32). Written to JSON only when not
+  // split, so that the JSON, the canonical form, the names and the generated sources of split
+  // caches do not mention it.
   CacheLayout layout = CacheLayout::split;
 
   // fp8_ds_mla record: bytes [0, 512) e4m3 dims 0..511, [512, 528) four f32 scales (one per
@@ -57,6 +64,9 @@ struct PagedKVCacheParams {
   static constexpr int kDsMlaTile = 128;
   static constexpr int kDsMlaScalesOffset = 512;
   static constexpr int kDsMlaRopeOffset = 528;
+  // fp8_page_scales: a token's 128 e4m3 and its f32 scale, stored apart within the page.
+  static constexpr int kPageScalesHeadSize = 128;
+  static constexpr int kPageScalesTokenBytes = 132;
 
   // Every field in JSON order: `v("name", field)` per field. One list drives JSON, hashing,
   // equality and knob access (src/core/params.cpp), so a new field is declared once.
@@ -74,12 +84,15 @@ struct PagedKVCacheParams {
   }
   bool quantized() const { return dtype == DType::fp8_e4m3; }
   bool ds_mla() const { return layout == CacheLayout::fp8_ds_mla; }
+  bool page_scales() const { return layout == CacheLayout::fp8_page_scales; }
   // A separate f32 `scales` tensor: fp8 in the split layout.
-  bool split_scales() const { return quantized() && !ds_mla(); }
-  // Bytes of one row (one token of one layer and kv index) in `blocks`.
+  bool split_scales() const { return quantized() && layout == CacheLayout::split; }
+  // Bytes of one row (one token of one layer and kv index) in `blocks`; fp8_page_scales: the
+  // token's share of its page (its 128 e4m3 and its scale, stored apart).
   size_t row_bytes() const {
-    return ds_mla() ? static_cast<size_t>(kDsMlaRecordBytes)
-                    : static_cast<size_t>(num_heads) * static_cast<size_t>(head_size) * dtype_size(dtype);
+    return ds_mla()        ? static_cast<size_t>(kDsMlaRecordBytes)
+           : page_scales() ? static_cast<size_t>(kPageScalesTokenBytes)
+                           : static_cast<size_t>(num_heads) * static_cast<size_t>(head_size) * dtype_size(dtype);
   }
   int kv_dim() const { return is_mla ? 1 : 2; }
   // The elements sharing one scale, 0 resolved to head_size (fp8_ds_mla: 128); and the scales per
@@ -148,6 +161,10 @@ struct MlaIndexerParams {
   int quantization_granularity = 128;  // >= depth: one k scale per token
   Mask mask = Mask::causal;
   IndexEmit emit = IndexEmit::logical;
+  // The K cache's storage: split (fp8 blocks + f32 scales tensor) | fp8_page_scales (the engines'
+  // pages: page_size x 128 e4m3 then the page's f32 scales; page_size a multiple of 32). Written to
+  // JSON only when not split.
+  CacheLayout k_layout = CacheLayout::split;
   // tuning knobs
   int block_q = 0;                  // query tokens per score tile (0 = heuristic)
   int block_kv = 0;                 // keys per score tile (0 = heuristic)
@@ -163,6 +180,7 @@ struct MlaIndexerParams {
     v("quantization_granularity", p.quantization_granularity);
     v("mask", p.mask);
     v("emit", p.emit);
+    v("k_layout", p.k_layout);
     v("block_q", p.block_q);
     v("block_kv", p.block_kv);
     v("num_stages", p.num_stages);

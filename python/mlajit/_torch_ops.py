@@ -31,7 +31,7 @@ _SCHEMAS = {
                        "-> Tensor",
     "sparse_index_remap": "(str spec, Tensor indices, Tensor input_row_offsets, Tensor lookup_table, "
                           "SymInt num_blocks) -> Tensor",
-    "mla_indexer": "(str spec, Tensor q, Tensor qs, Tensor input_row_offsets, Tensor k_blocks, Tensor k_scales, "
+    "mla_indexer": "(str spec, Tensor q, Tensor qs, Tensor input_row_offsets, Tensor k_blocks, Tensor? k_scales, "
                    "Tensor k_lookup_table, Tensor k_cache_lengths, SymInt layer_idx, SymInt max_keys_per_seq) "
                    "-> Tensor",
     "sparse_prefill": "(str spec, Tensor q, Tensor kv_blocks, Tensor? kv_scales, Tensor indices, Tensor topk_lengths, "

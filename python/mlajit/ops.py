@@ -176,7 +176,9 @@ def mla_indexer(spec, q, qs, input_row_offsets, k_blocks, k_scales, k_lookup_tab
                 max_keys_per_seq, layer_idx=0, out=None, workspace=None, stream=None):
     """Top-k key positions i32[T, top_k] per new token (SPEC §2); returns out. max_keys_per_seq: an
     upper bound of cache_length + new tokens over the batch (sizes the workspace, which is
-    allocated from torch when not given)."""
+    allocated from torch when not given). params k_layout "fp8_page_scales": k_blocks are the
+    engines' uint8 pages [num_blocks, 1, num_layers, page_size, 132] (or one layer's
+    [num_blocks, page_size, 132], DeepGEMM's [num_blocks, page_size, 1, 132]), k_scales None."""
     device = _eager_device(q)
     if device is None:
         r = torch.ops.mlajit.mla_indexer(_key(spec), q, qs, input_row_offsets, k_blocks, k_scales, k_lookup_table,

@@ -416,3 +416,28 @@ def test_fp8_ds_mla_records_match_flashmla_quantizer():
     mlajit.ops.kv_cache_store(one, x, d["offs"], b1, d["lut"], d["lens"])
     torch.cuda.synchronize()
     assert torch.equal(b1[blk, pos % PAGE], rec)
+
+
+def test_indexer_reads_the_engines_k_pages():
+    """k_layout fp8_page_scales: kv_cache_store writes the engines' pages (each page's 128-byte
+    e4m3 keys, then their f32 scales; checked against pages built by hand from the split store),
+    and the indexer reads them to the same selection as from the split layout."""
+    d = batch(5)
+    layer = 1
+    ps_store = {"op": "kv_cache_store", "params": dict(K_STORE["params"], layout="fp8_page_scales")}
+    ps_indexer = {"op": "mla_indexer", "params": dict(INDEXER["params"], k_layout="fp8_page_scales")}
+    pages = torch.zeros(NB, 1, LAYERS, PAGE, 132, dtype=torch.uint8, device="cuda")
+    # The history: the split cache's bytes laid out as pages, then this step's tokens stored twice.
+    kb8, ks8 = d["kb"].view(torch.uint8).reshape(NB * LAYERS, PAGE * 128), d["ks"].reshape(NB * LAYERS, PAGE)
+    pages.view(NB * LAYERS, PAGE * 132).copy_(torch.cat([kb8, ks8.contiguous().view(torch.uint8)], dim=1))
+    mlajit.ops.kv_cache_store(K_STORE_OP, d["xk"], d["offs"], d["kb"], d["lut"], d["lens"], scales=d["ks"],
+                              layer_idx=layer)
+    mlajit.ops.kv_cache_store(ps_store, d["xk"], d["offs"], pages, d["lut"], d["lens"], layer_idx=layer)
+    kb8, ks8 = d["kb"].view(torch.uint8).reshape(NB * LAYERS, PAGE * 128), d["ks"].reshape(NB * LAYERS, PAGE)
+    want = torch.cat([kb8, ks8.contiguous().view(torch.uint8)], dim=1)
+    assert torch.equal(pages.view(NB * LAYERS, PAGE * 132), want)
+    split = mlajit.ops.mla_indexer(INDEXER_OP, d["q"], d["qs"], d["offs"], d["kb"], d["ks"], d["lut"], d["lens"],
+                                   layer_idx=layer, max_keys_per_seq=d["max_keys"])
+    paged = mlajit.ops.mla_indexer(ps_indexer, d["q"], d["qs"], d["offs"], pages, None, d["lut"], d["lens"],
+                                   layer_idx=layer, max_keys_per_seq=d["max_keys"])
+    assert torch.equal(split, paged)

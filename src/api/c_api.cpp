@@ -418,7 +418,9 @@ mlajit_status mlajit_mla_indexer(mlajit_op op, const mlajit_tensor* q, const mla
     need(q, "q");
     need(qs, "qs");
     need(input_row_offsets, "input_row_offsets");
-    need_cache(k_cache, "k_cache", /*scales=*/true, /*table=*/true, /*lengths=*/true);
+    // k_layout fp8_page_scales: the pages hold the scales (no scales tensor).
+    need_cache(k_cache, "k_cache", /*scales=*/p.k_layout != mlajit::CacheLayout::fp8_page_scales, /*table=*/true,
+               /*lengths=*/true);
     need(out, "out");
     need(workspace, "workspace");
     mlajit::ops::mla_indexer(p, view_of(q, "q"),

@@ -34,6 +34,8 @@ ops and their shape keys (defaults in brackets; tokens / keys / top_k mean what 
       batch [0] next_n [1] context [32768]: decode shapes (batch > 0): batch sequences of context keys,
         the last next_n of them new, one query row each (replaces tokens and keys); --anchor then
         times LIB's anchor_paged_mqa_logits (DeepGEMM-style paged logits over the engines' pages)
+      k_layout [split | fp8_page_scales]: decode shapes: the K cache mlajit reads (fp8_page_scales:
+        the engines' pages, the same buffer the anchor reads)
       topk_ranks [0 = the plan's]: the top-k stage's CTAs per row (1, 2, 4, 8: a thread-block
         cluster when > 1, sm_90 and newer); the one-CTA-per-row time is printed beside it
       --anchor LIB.so: also time LIB's anchor_mqa_logits (C ABI in src/ops/mla_indexer/bench.hpp)
@@ -200,6 +202,7 @@ int cmd_bench(const Argv& argv) {
     if (a.next_n < 1 || a.next_n > 16) throw_invalid("--shape next_n", a.next_n, "in [1, 16]");
     shape.take_int("context", a.context);
     shape.take_int("topk_ranks", a.topk_ranks);
+    if (auto k = shape.take("k_layout")) a.k_layout = parse_cache_layout(*k, "--shape k_layout");
     if (a.batch < 0) throw_invalid("--shape batch", a.batch, ">= 0 (0: prefill shapes from tokens and keys)");
     shape.take_int("page_size", a.page_size);
     shape.take_int("stages", a.num_stages);

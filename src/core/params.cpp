@@ -28,7 +28,8 @@ struct EnumNames<ScaleFmt> {
 template <>
 struct EnumNames<CacheLayout> {
   static constexpr std::pair<CacheLayout, const char*> v[] = {{CacheLayout::split, "split"},
-                                                              {CacheLayout::fp8_ds_mla, "fp8_ds_mla"}};
+                                                              {CacheLayout::fp8_ds_mla, "fp8_ds_mla"},
+                                                              {CacheLayout::fp8_page_scales, "fp8_page_scales"}};
 };
 template <>
 struct EnumNames<Mask> {
@@ -199,6 +200,19 @@ void PagedKVCacheParams::validate(const std::string& p) const {
                   std::string("128 or 0 (= 128: one scale per 128-element tile)") + kWhy);
     MLAJIT_EXPECT(scale_fmt == ScaleFmt::ue8m0, p + ".scale_fmt", enum_name(scale_fmt),
                   std::string("ue8m0 (FlashMLA's power-of-two tile scales)") + kWhy);
+  }
+  if (page_scales()) {
+    // The engines' indexer K pages (SPEC §1): 128 e4m3 per token, one f32 scale per token.
+    constexpr const char* kWhy = " (layout fp8_page_scales)";
+    MLAJIT_EXPECT(dtype == DType::fp8_e4m3, p + ".dtype", dtype_name(dtype), std::string("fp8_e4m3") + kWhy);
+    MLAJIT_EXPECT(num_heads == 1, p + ".num_heads", num_heads, std::string("1") + kWhy);
+    MLAJIT_EXPECT(head_size == kPageScalesHeadSize, p + ".head_size", head_size, std::string("128") + kWhy);
+    MLAJIT_EXPECT(is_mla, p + ".is_mla", "false", std::string("true") + kWhy);
+    MLAJIT_EXPECT(quantization_granularity == 0 || quantization_granularity == kPageScalesHeadSize,
+                  p + ".quantization_granularity", quantization_granularity,
+                  std::string("128 or 0 (one f32 scale per token)") + kWhy);
+    MLAJIT_EXPECT(page_size % 32 == 0, p + ".page_size", page_size,
+                  std::string("a multiple of 32 (a page of 132-byte tokens is then whole 128-byte rows)") + kWhy);
   }
   MLAJIT_EXPECT(num_heads >= 1 && num_heads <= 1024, p + ".num_heads", num_heads, "an integer in [1, 1024]");
   MLAJIT_EXPECT(head_size >= 1 && head_size <= 4096, p + ".head_size", head_size, "an integer in [1, 4096]");

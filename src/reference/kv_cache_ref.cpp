@@ -30,6 +30,18 @@ size_t HostPagedCache::row_bytes() const {
   return static_cast<size_t>(params.num_heads) * params.head_size * dtype_size(params.dtype);
 }
 
+std::vector<uint8_t> HostPagedCache::page_scales_bytes() const {
+  const PagedKVCacheParams& c = params;
+  const size_t P = static_cast<size_t>(c.page_size), pages = static_cast<size_t>(num_blocks) * c.num_layers;
+  std::vector<uint8_t> out(pages * P * PagedKVCacheParams::kPageScalesTokenBytes);
+  for (size_t pg = 0; pg < pages; ++pg) {
+    uint8_t* dst = out.data() + pg * P * PagedKVCacheParams::kPageScalesTokenBytes;
+    std::memcpy(dst, blocks.data() + pg * P * 128, P * 128);
+    std::memcpy(dst + P * 128, scales.data() + pg * P, P * sizeof(float));
+  }
+  return out;
+}
+
 int HostPagedCache::scales_per_row() const {
   return params.quantized() && !params.ds_mla() ? params.num_heads * params.head_dim_granularity() : 0;
 }

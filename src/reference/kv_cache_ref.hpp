@@ -23,6 +23,8 @@ namespace mlajit::ref {
 // The cache of SPEC §1 on the host: blocks [num_blocks, kv_dim, num_layers, page_size, num_heads,
 // head_size] as raw bytes of params.dtype, and for fp8 f32 scales [..., head_dim_granularity];
 // layout fp8_ds_mla: blocks [num_blocks, 1, num_layers, page_size, 656] bytes, no scales.
+// Layout fp8_page_scales is held as the split layout (128-byte rows and their f32 scales);
+// page_scales_bytes() lays it out as the device holds it.
 struct HostPagedCache {
   PagedKVCacheParams params;
   int64_t num_blocks = 0;
@@ -38,6 +40,9 @@ struct HostPagedCache {
   const uint8_t* row_data(int64_t r) const { return blocks.data() + static_cast<size_t>(r) * row_bytes(); }
   float* row_scales(int64_t r) { return scales.data() + static_cast<size_t>(r) * scales_per_row(); }
   const float* row_scales(int64_t r) const { return scales.data() + static_cast<size_t>(r) * scales_per_row(); }
+  // Layout fp8_page_scales as the engines store it (SPEC §1), built by hand from the split copy:
+  // page (block, layer) = its page_size rows' 128 e4m3, then their page_size f32 scales.
+  std::vector<uint8_t> page_scales_bytes() const;
 };
 
 // s = max(amax, 1e-4f) / 448.0f in f32; ue8m0: rounded up to a power of two.

@@ -78,9 +78,15 @@ MJ_DEVICE int find_sequence(const unsigned* off, int batch, u64 t) {
   return lo;
 }
 
-// Row arithmetic of the cache (SPEC §1), specialized on the layout constants.
-template <int P, int L, int KV>
+// Row arithmetic of the cache (SPEC §1), specialized on the layout constants. PAGE_SCALES (layout
+// fp8_page_scales, one 128-byte e4m3 head and one f32 scale per token): a page of P tokens is
+// P x 132 bytes, the tokens' bytes then their scales, i.e. P + P / 32 rows of 128 bytes of which the
+// first P are the tokens'; rows are counted in those units so that a token's bytes stay at
+// row x 128, and its scale lies at float page x 33 P + 32 P + offset from the blocks' start.
+template <int P, int L, int KV, bool PAGE_SCALES = false>
 struct CacheRows {
+  static_assert(!PAGE_SCALES || (P % 32 == 0 && KV == 1), "fp8_page_scales: whole 128-byte rows per page, MLA");
+  static constexpr int kRowsPerPage = PAGE_SCALES ? P + P / 32 : P;
   // Physical block and page offset of logical position `pos` of sequence `b`; false when the
   // page is past the lookup table or the block id is >= num_blocks (the slot does not exist).
   static MJ_DEVICE bool resolve(const unsigned* lut, int pages_per_seq, long long num_blocks, int b, u64 pos,
@@ -93,7 +99,18 @@ struct CacheRows {
     return true;
   }
   static MJ_DEVICE u64 row(u32 blk, int kv_idx, int layer_idx, u32 off) {
-    return ((static_cast<u64>(blk) * KV + kv_idx) * L + layer_idx) * P + off;
+    return ((static_cast<u64>(blk) * KV + kv_idx) * L + layer_idx) * kRowsPerPage + off;
+  }
+  // Index of row `row`'s first scale in `scales` (PER_ROW of them per row in the split layout; in
+  // fp8_page_scales `scales` is the blocks' start).
+  template <int PER_ROW>
+  static MJ_DEVICE u64 scale_index(u64 row) {
+    if constexpr (PAGE_SCALES) {
+      const u64 page = row / kRowsPerPage;
+      return page * (33ull * P) + 32ull * P + (row - page * kRowsPerPage);
+    } else {
+      return row * PER_ROW;
+    }
   }
 };
 
@@ -401,11 +418,12 @@ struct ThreadSegments {
 
 // ---- kv_cache_store ------------------------------------------------------------------------------
 
-template <class In, class Cache, int H, int D, int P, int L, int KV, int G, bool UE8M0, int THREADS>
+template <class In, class Cache, int H, int D, int P, int L, int KV, int G, bool UE8M0, int THREADS,
+          bool PAGE_SCALES = false>
 struct KvStore {
   static constexpr bool kQuant = same_type<Cache, E4m3>::value;
   using Pl = PlanOf<In, Cache, H, D, kQuant, G, THREADS>;
-  using Rows = CacheRows<P, L, KV>;
+  using Rows = CacheRows<P, L, KV, PAGE_SCALES>;
   using SrcVec = Vec<Pl::kSrcChunkBytes>;
   static constexpr int kS = Pl::kSegsPerThread;
   static constexpr int kVec = Pl::kVec;
@@ -508,7 +526,7 @@ struct KvStore {
 #pragma unroll
       for (int k = 0; k < kCand; ++k) c[k] = i0 + k < kS ? s[i0 + k] : 0.0f;
       const float v = kS - i0 == 1 ? s[i0] : select_by_index<kCand>(c, lane & (kCand - 1));
-      if (ok[0] && i0 + lane < kS) a.scales[row[0] * (H * Pl::kNG) + sg.j[0] + i0 + lane] = v;
+      if (ok[0] && i0 + lane < kS) a.scales[Rows::template scale_index<H * Pl::kNG>(row[0]) + sg.j[0] + i0 + lane] = v;
     }
   }
 
@@ -649,7 +667,7 @@ struct KvStore {
         const float s = group_scale<UE8M0>(team_max<Pl::kLanes>(finish_absmax<In>(packed[i], amax[i])));
         quant[i] = GroupQuantizer<UE8M0>::make(s);
         // Spread the scale stores over the team's lanes.
-        if (ok[i] && lane == i % Pl::kLanes) a.scales[row[i] * (H * Pl::kNG) + sg.j[i]] = s;
+        if (ok[i] && lane == i % Pl::kLanes) a.scales[Rows::template scale_index<H * Pl::kNG>(row[i]) + sg.j[i]] = s;
       }
       auto quantize_batch = [&](int it0) {
 #pragma unroll
@@ -681,11 +699,11 @@ struct KvStore {
 
 // ---- kv_cache_gather -----------------------------------------------------------------------------
 
-template <class Cache, class Out, int H, int D, int P, int L, int KV, int G, int THREADS>
+template <class Cache, class Out, int H, int D, int P, int L, int KV, int G, int THREADS, bool PAGE_SCALES = false>
 struct KvGather {
   static constexpr bool kQuant = same_type<Cache, E4m3>::value;
   using Pl = PlanOf<Cache, Out, H, D, kQuant, G, THREADS>;
-  using Rows = CacheRows<P, L, KV>;
+  using Rows = CacheRows<P, L, KV, PAGE_SCALES>;
   static constexpr int kS = Pl::kSegsPerThread;
   static constexpr int kVec = Pl::kVec;
 
@@ -722,7 +740,7 @@ struct KvGather {
     for (int i = 0; i < kS; ++i) {
       scale[i] = 1.0f;
       if constexpr (kQuant)
-        if (ok[i]) scale[i] = load_ro(a.scales + row[i] * (H * Pl::kNG) + sg.j[i]);
+        if (ok[i]) scale[i] = load_ro(a.scales + Rows::template scale_index<H * Pl::kNG>(row[i]) + sg.j[i]);
     }
     const char* blocks = static_cast<const char*>(a.blocks);
     char* y = static_cast<char*>(a.y);

@@ -73,6 +73,21 @@ MJ_DEVICE long long key_row(const unsigned* lut, long long pages_per_seq, long l
   return blk * block_row_stride + layer_row_offset + (j & ((1LL << page_shift) - 1));
 }
 
+// Index (in floats from k_scales) of the scale of K cache row `row`: row * scale_row_stride in the
+// split layout. In fp8_page_scales (k_scales = the pages' start) rows count 128-byte units and a
+// page of P tokens is P + P / 32 of them (its tokens' e4m3, then its f32 scales), so the scale of
+// row page * (P + P / 32) + offset is float page * 33 P + 32 P + offset.
+template <bool PAGE_SCALES, int PAGE_SHIFT>
+MJ_DEVICE long long scale_index(long long row, int scale_row_stride) {
+  if constexpr (PAGE_SCALES) {
+    constexpr long long kP = 1LL << PAGE_SHIFT, kRows = kP + kP / 32;
+    const long long page = row / kRows;
+    return page * (33 * kP) + 32 * kP + (row - page * kRows);
+  } else {
+    return row * scale_row_stride;
+  }
+}
+
 // Encoded index (SPEC §1 sparse_index_remap) of logical position j of sequence b, -1 if unmapped.
 MJ_DEVICE int encoded_index(const unsigned* lut, long long pages_per_seq, long long num_blocks, int page_shift,
                             int b, long long j) {

@@ -27,7 +27,7 @@ MJ_DEVICE void decode8(u64 v, float* out) {
   }
 }
 
-template <int H, int PAGE_SHIFT, bool CAUSAL>
+template <int H, int PAGE_SHIFT, bool CAUSAL, bool PAGE_SCALES = false>
 __device__ __forceinline__ void scores_portable(const MlaIndexerScoresArgs& a) {
   constexpr int D = indexer::kDepth;
   constexpr int kThreads = indexer::kPortableThreads;
@@ -67,7 +67,7 @@ __device__ __forceinline__ void scores_portable(const MlaIndexerScoresArgs& a) {
         for (int d = 0; d < D; ++d) dot = fmaf(qh[d], k[d], dot);
         sum = fmaf(fmaxf(dot, 0.0f), w_f[h], sum);
       }
-      score = sum * a.k_scales[row * a.scale_row_stride];
+      score = sum * a.k_scales[indexer::scale_index<PAGE_SCALES, PAGE_SHIFT>(row, a.scale_row_stride)];
     }
     a.scores[r * a.score_row_stride + j] = score;
   }

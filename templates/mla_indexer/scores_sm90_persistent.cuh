@@ -65,9 +65,20 @@
 namespace mj {
 namespace indexer_sm90 {
 
-template <int H, int PAGE_SHIFT, bool CAUSAL, int STAGES>
+template <int H, int PAGE_SHIFT, bool CAUSAL, int STAGES, bool PAGE_SCALES = false>
 struct ScoresSm90Persistent {
   static_assert(H == 32 || H == 64 || H == 128, "heads");
+  // K cache layout fp8_page_scales (mla_indexer/common.cuh, scale_index): the scales sit in the pages.
+  static constexpr bool kPageScales = PAGE_SCALES;
+  // Index of cache row `row`'s scale in k_scales (the split layout's row * stride, or in the pages).
+  static MJ_DEVICE long long scale_index(const MlaIndexerScoresArgs& a, long long row) {
+    return indexer::scale_index<PAGE_SCALES, PAGE_SHIFT>(row, a.scale_row_stride);
+  }
+  // The scale map's coordinate of a TMA box starting at cache row `row` (rows < 0: outside the
+  // tensor, zero-filled, as the K box).
+  static MJ_DEVICE int scale_coord(int row) {
+    return row < 0 ? row : static_cast<int>(indexer::scale_index<PAGE_SCALES, PAGE_SHIFT>(row, 1));
+  }
   // 2 x 16 KiB of Q + STAGES x 33 KiB must fit the 227 KiB of a CTA.
   static_assert(STAGES >= indexer::kPersistentMinStages && STAGES <= indexer::kPersistentMaxStages, "stages");
   // Page 1 (64 pages per quarter: two table entries per producer lane) is not built; the host runs
@@ -187,9 +198,8 @@ MJ_DEVICE void produce_block_cp_async(const MlaIndexerScoresArgs& a, int b, long
 #pragma unroll
         for (int it = 0; it < C::kQuarterKeys / 4; ++it)
           cp_async_16_full((it & 1 ? d_odd : d_even) + (it >> 1) * 1024, src + it * 4 * C::kDepth);
-        const float* ssrc = a.k_scales + (row0 + lane) * a.scale_row_stride;
-        cp_async_4_full(sdst + lane * 4, ssrc);
-        cp_async_4_full(sdst + (lane + 32) * 4, ssrc + 32LL * a.scale_row_stride);
+        cp_async_4_full(sdst + lane * 4, a.k_scales + C::scale_index(a, row0 + lane));
+        cp_async_4_full(sdst + (lane + 32) * 4, a.k_scales + C::scale_index(a, row0 + lane + 32));
       } else {
         // Boundary quarter or unmapped page: rows past the segment's keys or unmapped are
         // zero-filled.
@@ -205,7 +215,7 @@ MJ_DEVICE void produce_block_cp_async(const MlaIndexerScoresArgs& a, int b, long
         for (int rr = 0; rr < 2; ++rr) {
           const int r = lane + 32 * rr;
           const bool ok = mapped && r < quarter_keys;
-          const float* ssrc = ok ? a.k_scales + (row0 + r) * a.scale_row_stride : a.k_scales;
+          const float* ssrc = ok ? a.k_scales + C::scale_index(a, row0 + r) : a.k_scales;
           cp_async_4(sdst + r * 4, ssrc, ok ? 4u : 0u);
         }
       }
@@ -249,7 +259,7 @@ MJ_DEVICE void produce_block_cp_async(const MlaIndexerScoresArgs& a, int b, long
       for (int rr = 0; rr < 2; ++rr) {
         const int r = lane + 32 * rr;
         const long long row = quarter_row(r);
-        const float* ssrc = row >= 0 ? a.k_scales + row * a.scale_row_stride : a.k_scales;
+        const float* ssrc = row >= 0 ? a.k_scales + C::scale_index(a, row) : a.k_scales;
         cp_async_4(sdst + r * 4, ssrc, row >= 0 ? 4u : 0u);
       }
     }
@@ -342,7 +352,7 @@ MJ_DEVICE void produce_block_tma_pages(const MlaIndexerScoresArgs& a, const unsi
         if (leader) {
           tma_load_2d(kdst_block + q * C::kQuarterBytes + ii * kBoxBytes, k_map, 0, box_row, full_bar);
           if (scales_by_tma)
-            tma_load_1d(sdst_block + q * kScaleBytes + ii * (kPage * 4), scale_map, box_row, full_bar);
+            tma_load_1d(sdst_block + q * kScaleBytes + ii * (kPage * 4), scale_map, C::scale_coord(box_row), full_bar);
         }
       }
     }
@@ -358,7 +368,7 @@ MJ_DEVICE void produce_block_tma_pages(const MlaIndexerScoresArgs& a, const unsi
         if (q < quarters) {
           const bool ok = prow >= 0;
           const float* src =
-              ok ? a.k_scales + static_cast<long long>(prow + (r & (kPage - 1))) * a.scale_row_stride : a.k_scales;
+              ok ? a.k_scales + C::scale_index(a, static_cast<long long>(prow + (r & (kPage - 1)))) : a.k_scales;
           cp_async_4(sdst_block + q * kScaleBytes + r * 4, src, ok ? 4u : 0u);
         }
       }
@@ -431,7 +441,7 @@ MJ_DEVICE void produce_block_tma(const MlaIndexerScoresArgs& a, const unsigned* 
 #pragma unroll
       for (int j = 0; j < kMine; ++j) {
         const int qtr = pw + j * C::kProducerWarps;
-        if (qtr < quarters) tma_load_1d(sdst_block + qtr * kScaleBytes, scale_map, row0[j], full_bar);
+        if (qtr < quarters) tma_load_1d(sdst_block + qtr * kScaleBytes, scale_map, C::scale_coord(row0[j]), full_bar);
       }
     }
   }
@@ -444,7 +454,7 @@ MJ_DEVICE void produce_block_tma(const MlaIndexerScoresArgs& a, const unsigned* 
         for (int rr = 0; rr < 2; ++rr) {
           const int r = lane + 32 * rr;
           const bool ok = row0[j] >= 0;
-          const float* src = ok ? a.k_scales + static_cast<long long>(row0[j] + r) * a.scale_row_stride : a.k_scales;
+          const float* src = ok ? a.k_scales + C::scale_index(a, static_cast<long long>(row0[j] + r)) : a.k_scales;
           cp_async_4(sdst_block + qtr * kScaleBytes + r * 4, src, ok ? 4u : 0u);
         }
       }
@@ -453,9 +463,9 @@ MJ_DEVICE void produce_block_tma(const MlaIndexerScoresArgs& a, const unsigned* 
   }
 }
 
-template <int H, int PAGE_SHIFT, bool CAUSAL, int STAGES>
+template <int H, int PAGE_SHIFT, bool CAUSAL, int STAGES, bool PAGE_SCALES = false>
 __device__ __forceinline__ void scores_sm90_persistent(const MlaIndexerScoresArgs& a) {
-  using C = ScoresSm90Persistent<H, PAGE_SHIFT, CAUSAL, STAGES>;
+  using C = ScoresSm90Persistent<H, PAGE_SHIFT, CAUSAL, STAGES, PAGE_SCALES>;
   extern __shared__ __align__(1024) u8 smem_raw[];
   // Per token slot of an item: sequence, visible keys and validity; one set per Q buffer (slot s of
   // buffer q at [q * kBlockQ + s]).

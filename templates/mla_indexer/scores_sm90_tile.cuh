@@ -29,7 +29,7 @@
 namespace mj {
 namespace indexer_sm90 {
 
-template <int H, int PAGE_SHIFT, bool CAUSAL, int STAGES>
+template <int H, int PAGE_SHIFT, bool CAUSAL, int STAGES, bool PAGE_SCALES = false>
 struct ScoresSm90Tile {
   static_assert(H == 32 || H == 64 || H == 128, "heads");
   static_assert(STAGES >= indexer::kTileMinStages && STAGES <= indexer::kTileMaxStages, "stages");
@@ -90,9 +90,9 @@ __device__ __forceinline__ float head_sum(const float (&acc)[64], const Quad (&w
   return mine;
 }
 
-template <int H, int PAGE_SHIFT, bool CAUSAL, int STAGES>
+template <int H, int PAGE_SHIFT, bool CAUSAL, int STAGES, bool PAGE_SCALES = false>
 __device__ __forceinline__ void scores_sm90_tile(const MlaIndexerScoresArgs& a) {
-  using C = ScoresSm90Tile<H, PAGE_SHIFT, CAUSAL, STAGES>;
+  using C = ScoresSm90Tile<H, PAGE_SHIFT, CAUSAL, STAGES, PAGE_SCALES>;
   extern __shared__ __align__(1024) u8 smem_raw[];
   // Per token slot of this CTA: sequence, visible keys and validity (computed once).
   __shared__ int s_seq[C::kBlockQ];
@@ -216,7 +216,9 @@ __device__ __forceinline__ void scores_sm90_tile(const MlaIndexerScoresArgs& a) 
         for (int rr = 0; rr < 2; ++rr) {
           const int r = lane + 32 * rr;
           const long long row = tile_row(r);
-          const float* ssrc = row >= 0 ? a.k_scales + row * a.scale_row_stride : a.k_scales;
+          const float* ssrc =
+              row >= 0 ? a.k_scales + indexer::scale_index<PAGE_SCALES, PAGE_SHIFT>(row, a.scale_row_stride)
+                       : a.k_scales;
           cp_async_4(ks_s + stage * (C::kTileKeys * 4) + r * 4, ssrc, row >= 0 ? 4u : 0u);
         }
         // The tile's full barrier completes when the last lane's copies have landed: each lane's

@@ -88,7 +88,9 @@ void run_store_gather(const StoreGatherCase& tc, uint64_t seed) {
   ref::HostPagedCache host(c, table.num_blocks);
   td::poison(host.blocks);
   std::memset(host.scales.data(), td::kPoisonByte, host.scales.size() * sizeof(float));
-  driver::DeviceBuffer d_blocks(host.blocks.size());
+  // fp8_page_scales: the pages hold the rows' bytes and their scales (host.page_scales_bytes()).
+  const size_t device_block_bytes = c.page_scales() ? host.page_scales_bytes().size() : host.blocks.size();
+  driver::DeviceBuffer d_blocks(device_block_bytes);
   d_blocks.fill_bytes(td::kPoisonByte);
   driver::DeviceBuffer d_scales(std::max<size_t>(host.scales.size() * sizeof(float), 16));
   d_scales.fill_bytes(td::kPoisonByte);
@@ -100,12 +102,12 @@ void run_store_gather(const StoreGatherCase& tc, uint64_t seed) {
 
   ops::PagedCacheView view;
   // fp8_ds_mla: u8 records [num_blocks, 1, num_layers, page_size, 656], no scales.
-  view.blocks = c.ds_mla() ? TensorView(d_blocks.get(), DType::u8,
-                                        {table.num_blocks, 1, c.num_layers, c.page_size,
-                                         PagedKVCacheParams::kDsMlaRecordBytes})
-                           : TensorView(d_blocks.get(), c.dtype,
-                                        {table.num_blocks, c.kv_dim(), c.num_layers, c.page_size, c.num_heads,
-                                         c.head_size});
+  // fp8_page_scales: u8 pages [num_blocks, 1, num_layers, page_size, 132], no scales.
+  view.blocks = c.ds_mla() || c.page_scales()
+                    ? TensorView(d_blocks.get(), DType::u8,
+                                 {table.num_blocks, 1, c.num_layers, c.page_size, static_cast<int64_t>(c.row_bytes())})
+                    : TensorView(d_blocks.get(), c.dtype,
+                                 {table.num_blocks, c.kv_dim(), c.num_layers, c.page_size, c.num_heads, c.head_size});
   if (c.split_scales())
     view.scales = TensorView(d_scales.get(), DType::f32,
                              {table.num_blocks, c.kv_dim(), c.num_layers, c.page_size, c.num_heads,
@@ -136,12 +138,13 @@ void run_store_gather(const StoreGatherCase& tc, uint64_t seed) {
   CHECK(want_dropped == dropped_per_slice * c.num_layers * c.kv_dim());
   CHECK(read_counter(d_dropped) == want_dropped);
 
-  const auto got_blocks = to_host<uint8_t>(d_blocks, host.blocks.size());
+  const std::vector<uint8_t> want_blocks = c.page_scales() ? host.page_scales_bytes() : host.blocks;
+  const auto got_blocks = to_host<uint8_t>(d_blocks, want_blocks.size());
   size_t block_mismatch = 0, first_bad = 0;
   for (size_t i = 0; i < got_blocks.size(); ++i)
-    if (got_blocks[i] != host.blocks[i] && block_mismatch++ == 0) first_bad = i;
+    if (got_blocks[i] != want_blocks[i] && block_mismatch++ == 0) first_bad = i;
   CHECK_MESSAGE(block_mismatch == 0, block_mismatch, " cache bytes differ, first at byte ", first_bad, " (got ",
-                int(got_blocks[first_bad]), ", want ", int(host.blocks[first_bad]), ")");
+                int(got_blocks[first_bad]), ", want ", int(want_blocks[first_bad]), ")");
   if (c.split_scales()) {
     const auto got_scales = to_host<uint32_t>(d_scales, host.scales.size());
     size_t scale_mismatch = 0;
@@ -258,6 +261,24 @@ TEST_SUITE("kv_cache gpu") {
         {"fp8_ds_mla p64, bf16 in, f32 out, plain normal data", ds(64), DType::bf16, DType::f32, 128, false},
     };
     for (size_t i = 0; i < std::size(cases); ++i) run_store_gather(cases[i], 500 + i);
+  }
+
+  TEST_CASE("kv_cache store/gather fp8_page_scales pages (the engines' indexer K layout) vs CPU reference (bytes exact)") {
+    // Pages built by hand from the published layout (ref::HostPagedCache::page_scales_bytes): each
+    // page's tokens' 128 e4m3, then their f32 scales; 3 layers, shuffled pages, dropped tokens.
+    auto ps = [](int page, ScaleFmt fmt) {
+      PagedKVCacheParams c = cache_params(DType::fp8_e4m3, 1, 128, page, true, 128, fmt);
+      c.layout = CacheLayout::fp8_page_scales;
+      return c;
+    };
+    const StoreGatherCase cases[] = {
+        {"fp8_page_scales p64 ue8m0, bf16 in, bf16 out", ps(64, ScaleFmt::ue8m0), DType::bf16, DType::bf16, 128},
+        {"fp8_page_scales p64 fp32, f32 in, f32 out, 256 threads", ps(64, ScaleFmt::fp32), DType::f32, DType::f32, 256},
+        {"fp8_page_scales p32 fp32, f16 in, bf16 out, 64 threads", ps(32, ScaleFmt::fp32), DType::f16, DType::bf16, 64},
+        {"fp8_page_scales p32 ue8m0, bf16 in, f32 out", ps(32, ScaleFmt::ue8m0), DType::bf16, DType::f32, 128},
+    };
+    uint64_t seed = 900;
+    for (const auto& tc : cases) run_store_gather(tc, seed++);
   }
 
   TEST_CASE("kv_cache store/gather fp8 MHA vs CPU reference (bytes and scales exact)") {

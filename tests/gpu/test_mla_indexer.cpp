@@ -80,20 +80,40 @@ DeviceBuffer upload_at(const std::vector<T>& v, size_t offset) {
   return b;
 }
 
+// The K cache in layout fp8_page_scales (the engines' pages), built by hand from the published
+// layout: page (block, layer) = its page_size keys' 128 e4m3, then their page_size f32 scales.
+std::vector<uint8_t> page_scales_bytes(const ref::IndexerInputs& in) {
+  const size_t P = static_cast<size_t>(in.page_size), pages = static_cast<size_t>(in.num_blocks) * in.num_layers;
+  std::vector<uint8_t> out(pages * P * 132);
+  for (size_t pg = 0; pg < pages; ++pg) {
+    std::memcpy(out.data() + pg * P * 132, in.k_blocks.data() + pg * P * 128, P * 128);
+    std::memcpy(out.data() + pg * P * 132 + P * 128, in.k_scales.data() + pg * P, P * 4);
+  }
+  return out;
+}
+
 // `launch` 0 runs ops::mla_indexer; else ops::detail::mla_indexer_run with the scores and top-k
 // stages and these extra IndexerStage flags (kIndexerForcePortable, kIndexerOneItemPerCta, ...).
+// p.k_layout fp8_page_scales: the same keys as the engines' pages (page_scales_bytes), no scales view.
 GpuRun run_gpu(const ref::IndexerInputs& in, const MlaIndexerParams& p, size_t workspace_rows = 0,
                unsigned launch = 0, const CacheBase& base = {}) {
   const int64_t T = in.num_tokens();
   const int B = in.batch();
+  const bool page_scales = p.k_layout == CacheLayout::fp8_page_scales;
   DeviceBuffer q = upload(in.q), qs = upload(in.qs), off = upload(in.row_offsets), cl = upload(in.cache_lengths),
-               lut = upload(in.lookup_table), kb = upload_at(in.k_blocks, base.blocks),
+               lut = upload(in.lookup_table),
+               kb = page_scales ? upload_at(page_scales_bytes(in), base.blocks) : upload_at(in.k_blocks, base.blocks),
                ks = upload_at(in.k_scales, base.scales);
   ops::PagedCacheView kc;
-  kc.blocks = TensorView(static_cast<char*>(kb.get()) + base.blocks, DType::fp8_e4m3,
-                         {in.num_blocks, 1, in.num_layers, in.page_size, 1, 128});
-  kc.scales = TensorView(static_cast<char*>(ks.get()) + base.scales, DType::f32,
-                         {in.num_blocks, 1, in.num_layers, in.page_size, 1, 1});
+  if (page_scales) {
+    kc.blocks = TensorView(static_cast<char*>(kb.get()) + base.blocks, DType::u8,
+                           {in.num_blocks, 1, in.num_layers, in.page_size, 132});
+  } else {
+    kc.blocks = TensorView(static_cast<char*>(kb.get()) + base.blocks, DType::fp8_e4m3,
+                           {in.num_blocks, 1, in.num_layers, in.page_size, 1, 128});
+    kc.scales = TensorView(static_cast<char*>(ks.get()) + base.scales, DType::f32,
+                           {in.num_blocks, 1, in.num_layers, in.page_size, 1, 1});
+  }
   kc.lookup_table = TensorView(lut.get(), DType::u32, {B, in.pages_per_seq});
   kc.cache_lengths = TensorView(cl.get(), DType::u32, {B});
   GpuRun r;
@@ -554,6 +574,64 @@ TEST_SUITE("gpu mla_indexer") {
       const GpuRun clustered = run_and_check_one(name, in, p, sh.ties, 0, false, {});
       check_identical(clustered, run_gpu(in, p, 0, ops::detail::kIndexerTopkOneCta),
                       std::string(name) + ": clustered top-k vs one CTA per row");
+    }
+  }
+
+  TEST_CASE("the engines' K pages (k_layout fp8_page_scales): the same scores and selections as the split layout") {
+    // Pages of 32 (TMA box per page), 64 (one box per page) and 128 keys (two quarters per page),
+    // the tile scorer and the portable path, 2 layers (layer 1), shuffled and unmapped pages
+    // (zero-filled boxes outside the tensor), a decode step and a prefill batch: outputs and every
+    // score bit-identical to the split layout's run on the same keys, which the reference checks.
+    struct Cfg {
+      int page, heads, block_kv;
+      bool portable, decode;
+      Mask mask;
+    };
+    const Cfg cfgs[] = {{64, 64, 0, false, true, Mask::causal},   {64, 128, 0, false, false, Mask::causal},
+                        {32, 64, 0, false, false, Mask::none},    {128, 32, 0, false, true, Mask::causal},
+                        {64, 64, 64, false, false, Mask::causal}, {32, 64, 0, true, false, Mask::causal}};
+    for (const Cfg& cf : cfgs) {
+      ref::IndexerCase c;
+      c.num_heads = cf.heads;
+      c.page_size = cf.page;
+      c.mask = cf.mask;
+      if (cf.decode) {
+        c.new_tokens = {1, 2, 1, 2};
+        c.cache_lens = {3000, 9000, 0, 700};
+      } else {
+        c.new_tokens = {40, 100};
+        c.cache_lens = {1500, 300};
+      }
+      c.seed = 71 + cf.page + cf.heads + cf.block_kv;
+      const ref::IndexerInputs in = with_unmapped_pages(ref::make_indexer_inputs(c), 5, 1);
+      MlaIndexerParams p;
+      p.num_heads = c.num_heads;
+      p.page_size = c.page_size;
+      p.mask = c.mask;
+      p.top_k = 512;
+      p.block_kv = cf.block_kv;
+      const unsigned launch = cf.portable ? ops::detail::kIndexerForcePortable : 0u;
+      const std::string tag = "page " + std::to_string(cf.page) + " H" + std::to_string(cf.heads) + " block_kv " +
+                              std::to_string(cf.block_kv) + (cf.portable ? " portable" : "") +
+                              (cf.decode ? " decode" : " prefill");
+      for (IndexEmit emit : {IndexEmit::logical, IndexEmit::physical}) {
+        p.emit = emit;
+        p.k_layout = CacheLayout::split;
+        const GpuRun split = run_gpu(in, p, 0, launch);
+        if (emit == IndexEmit::logical) {
+          const bool fp8_mma = !cf.portable && Runtime::global().arch() == "sm_90a";
+          const Report rep = compare(in, p, split, false, fp8_mma);
+          INFO(tag << " (split layout vs the reference): " << rep.first);
+          CHECK(rep.failures == 0);
+        }
+        p.k_layout = CacheLayout::fp8_page_scales;
+        const GpuRun pages = run_gpu(in, p, 0, launch);
+        check_identical(split, pages, tag + (emit == IndexEmit::logical ? "" : " physical") + ": fp8_page_scales vs split");
+        const bool same = split.out == pages.out && split.scores.size() == pages.scores.size() &&
+                          std::memcmp(split.scores.data(), pages.scores.data(), split.scores.size() * 4) == 0;
+        std::printf("  mla_indexer fp8_page_scales %s%s: %s\n", tag.c_str(),
+                    emit == IndexEmit::logical ? "" : " physical", same ? "bit-identical to the split layout" : "DIFFERENT");
+      }
     }
   }
 

@@ -799,4 +799,84 @@ TEST_SUITE("kv_cache layout fp8_ds_mla") {
     }
     { auto v = cache; v.blocks = TensorView(ptr, DType::u8, {5, 64, 2, 656}); has(invalid_message([&] { ops::kv_cache_gather(gp, v, ids, pos, 0, 0, y, TensorView()); }), "cache.blocks dim 2"); }
   }
+
+  TEST_CASE("fp8_page_scales (the engines' indexer K pages): params, JSON, names, sources, views, the host pages") {
+    auto has = [](const std::string& m, const char* what) {
+      CHECK_MESSAGE(m.find(what) != std::string::npos, "message: ", m, " lacks: ", what);
+    };
+    PagedKVCacheParams c;
+    c.dtype = DType::fp8_e4m3;
+    c.num_heads = 1;
+    c.head_size = 128;
+    c.page_size = 64;
+    c.num_layers = 2;
+    c.quantization_granularity = 128;
+    c.scale_fmt = ScaleFmt::ue8m0;
+    c.layout = CacheLayout::fp8_page_scales;
+    auto msg = [](const PagedKVCacheParams& q) { return invalid_message([&] { q.validate("params"); }); };
+    CHECK(msg(c).empty());
+    CHECK(c.row_bytes() == 132);
+    { auto q = c; q.scale_fmt = ScaleFmt::fp32; CHECK(msg(q).empty()); }
+    { auto q = c; q.quantization_granularity = 0; CHECK(msg(q).empty()); }
+    { auto q = c; q.head_size = 576; const auto m = msg(q); has(m, "params.head_size"); has(m, "fp8_page_scales"); }
+    { auto q = c; q.page_size = 16; const auto m = msg(q); has(m, "params.page_size"); has(m, "multiple of 32"); }
+    { auto q = c; q.dtype = DType::bf16; has(msg(q), "params.dtype"); }
+    { auto q = c; q.num_heads = 2; has(msg(q), "params.num_heads"); }
+    { auto q = c; q.quantization_granularity = 64; has(msg(q), "params.quantization_granularity"); }
+    KvCacheStoreParams sp{c, DType::bf16, 0};
+    const KernelSpec spec{sp};
+    CHECK(to_json(spec)["params"]["layout"] == "fp8_page_scales");
+    CHECK(kernel_spec_from_json(to_json(spec)) == spec);
+    CHECK(spec.name() == "kv_cache_store_mla_fp8_e4m3_h1_d128_p64_g128_ue8m0_page_scales_l2_from_bf16");
+    const auto src = generate(KernelSpec{sp});
+    CHECK(src.code.find("/*page_scales*/ true>") != std::string::npos);
+    KvCacheStoreParams split = sp;
+    split.cache.layout = CacheLayout::split;
+    CHECK(generate(KernelSpec{split}).code.find("page_scales") == std::string::npos);
+
+    // Views: u8 pages [num_blocks, 1, num_layers, page_size, 132] (or one layer's 3-d / 4-d), no scales.
+    alignas(256) static char fake[256];
+    void* ptr = fake;
+    TensorView x(ptr, DType::bf16, {10, 1, 128}), off(ptr, DType::u32, {3}), dropped(ptr, DType::u32, {1});
+    ops::PagedCacheView cache;
+    cache.blocks = TensorView(ptr, DType::u8, {5, 1, 2, 64, 132});
+    cache.lookup_table = TensorView(ptr, DType::u32, {2, 3});
+    cache.cache_lengths = TensorView(ptr, DType::u32, {2});
+    auto store = [&](const ops::PagedCacheView& v, int layer = 1) {
+      return invalid_message([&] { ops::kv_cache_store(sp, x, off, v, layer, 0, dropped); });
+    };
+    { auto v = cache; v.scales = TensorView(ptr, DType::f32, {5, 1, 2, 64, 1, 1}); const auto m = store(v); has(m, "cache.scales"); has(m, "fp8_page_scales"); }
+    { auto v = cache; v.blocks = TensorView(ptr, DType::u8, {5, 1, 2, 64, 128}); const auto m = store(v); has(m, "cache.blocks dim 4"); has(m, "132"); }
+    { auto v = cache; v.blocks = TensorView(ptr, DType::u8, {5, 64, 132}); has(store(v), "cache.blocks rank"); }  // 2 layers
+    { auto v = cache; v.blocks = TensorView(ptr, DType::f32, {5, 1, 2, 64, 132}); has(store(v), "cache.blocks dtype"); }
+    has(store(cache, 2), "layer_idx");  // the views pass: the first refusal is the layer
+
+    // The host pages: each page's rows' bytes, then their scales.
+    ref::HostPagedCache host(c, 3);
+    for (size_t i = 0; i < host.blocks.size(); ++i) host.blocks[i] = static_cast<uint8_t>(i * 7);
+    for (size_t i = 0; i < host.scales.size(); ++i) host.scales[i] = static_cast<float>(i) + 0.5f;
+    const std::vector<uint8_t> pages = host.page_scales_bytes();
+    REQUIRE(pages.size() == size_t{3} * 2 * 64 * 132);
+    const size_t pg = 3, tok = 5;  // page (block 1, layer 1), token 5
+    CHECK(std::memcmp(pages.data() + pg * 64 * 132 + tok * 128, host.row_data(host.row(1, 0, 1, 5)), 128) == 0);
+    float sc = 0;
+    std::memcpy(&sc, pages.data() + pg * 64 * 132 + 64 * 128 + tok * 4, 4);
+    CHECK(sc == host.row_scales(host.row(1, 0, 1, 5))[0]);
+
+    // The indexer reads the layout (k_layout); sparse_prefill's latents do not use it.
+    MlaIndexerParams ip;
+    ip.k_layout = CacheLayout::fp8_page_scales;
+    CHECK(invalid_message([&] { ip.validate(); }).empty());
+    CHECK(KernelSpec{ip}.name() == "mla_indexer_h64_d128_k2048_p64_causal_logical_page_scales");
+    CHECK(to_json(KernelSpec{ip})["params"]["k_layout"] == "fp8_page_scales");
+    CHECK(to_json(KernelSpec{MlaIndexerParams{}})["params"].count("k_layout") == 0);
+    ip.page_size = 16;
+    has(invalid_message([&] { ip.validate(); }), "params.page_size");
+    ip.page_size = 64;
+    ip.k_layout = CacheLayout::fp8_ds_mla;
+    has(invalid_message([&] { ip.validate(); }), "params.k_layout");
+    SparsePrefillParams spp;
+    spp.kv_layout = CacheLayout::fp8_page_scales;
+    has(invalid_message([&] { spp.validate(); }), "params.kv_layout");
+  }
 }

@@ -46,6 +46,7 @@ std::string cache_name(std::string_view op, const PagedKVCacheParams& c) {
                               c.head_size, c.page_size);
   if (c.quantized()) s += fmt::format("_g{}_{}", c.resolved_quantization_granularity(), scale_fmt_name(c.scale_fmt));
   if (c.ds_mla()) s += "_ds_mla";  // absent: the split layout
+  if (c.page_scales()) s += "_page_scales";
   if (c.num_layers != 1) s += fmt::format("_l{}", c.num_layers);  // absent: one layer
   return s;
 }

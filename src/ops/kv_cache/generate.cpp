@@ -35,6 +35,11 @@ std::string cache_geometry_args(const PagedKVCacheParams& c) {
 }
 
 std::string layout_comment(const PagedKVCacheParams& c) {
+  if (c.page_scales())
+    return fmt::format("// cache: layout fp8_page_scales, u8 blocks [num_blocks, 1, {}, {}, 132]: per page {} x 128 "
+                       "e4m3, then {} f32 scales ({})\n",
+                       c.num_layers, c.page_size, c.page_size, c.page_size,
+                       c.scale_fmt == ScaleFmt::ue8m0 ? "ue8m0" : "fp32");
   std::string s = fmt::format("// cache: {} blocks [num_blocks, {}, {}, {}, {}, {}]", dtype_name(c.dtype), c.kv_dim(),
                               c.num_layers, c.page_size, c.num_heads, c.head_size);
   if (c.quantized())
@@ -85,10 +90,11 @@ KernelSource generate_kv_cache(const KernelSpec& spec) {
           }
           body = fmt::format(
               "// kv_cache_store: x {} [T, {}, {}] -> cache\n{}"
-              "using KvCacheStoreKernel = mj::kv::KvStore<{}, {}, {}, /*ue8m0*/ {}, /*threads*/ {}>;\n\n{}",
+              "using KvCacheStoreKernel = mj::kv::KvStore<{}, {}, {}, /*ue8m0*/ {}, /*threads*/ {}{}>;\n\n{}",
               dtype_name(p.input_dtype), c.num_heads, c.head_size, layout_comment(c), elem_tag(p.input_dtype),
               elem_tag(c.dtype), cache_geometry_args(c), c.scale_fmt == ScaleFmt::ue8m0 ? "true" : "false",
-              p.threads, entry("kv_cache_store", "KvCacheStoreArgs", "KvCacheStoreKernel", p.threads));
+              p.threads, c.page_scales() ? ", /*page_scales*/ true" : "",
+              entry("kv_cache_store", "KvCacheStoreArgs", "KvCacheStoreKernel", p.threads));
           src.entries.push_back({"kv_cache_store", static_cast<unsigned>(p.threads), 0});
         } else if constexpr (std::is_same_v<T, KvCacheGatherParams>) {
           const auto& c = p.cache;
@@ -104,9 +110,10 @@ KernelSource generate_kv_cache(const KernelSpec& spec) {
           }
           body = fmt::format(
               "// kv_cache_gather: cache -> y {} [T, {}, {}]\n{}"
-              "using KvCacheGatherKernel = mj::kv::KvGather<{}, {}, {}, /*threads*/ {}>;\n\n{}",
+              "using KvCacheGatherKernel = mj::kv::KvGather<{}, {}, {}, /*threads*/ {}{}>;\n\n{}",
               dtype_name(p.output_dtype), c.num_heads, c.head_size, layout_comment(c), elem_tag(c.dtype),
               elem_tag(p.output_dtype), cache_geometry_args(c), p.threads,
+              c.page_scales() ? ", /*page_scales*/ true" : "",
               entry("kv_cache_gather", "KvCacheGatherArgs", "KvCacheGatherKernel", p.threads));
           src.entries.push_back({"kv_cache_gather", static_cast<unsigned>(p.threads), 0});
         } else if constexpr (std::is_same_v<T, SparseIndexRemapParams>) {

@@ -100,9 +100,48 @@ int64_t expect_ds_mla_storage(const PagedKVCacheParams& c, const PagedCacheView&
   return blocks.shape[0];
 }
 
+// Layout fp8_page_scales: u8 blocks (or fp8_e4m3: the same bytes), [num_blocks, 1, num_layers,
+// page_size, 132]; with one layer also [num_blocks, page_size, 132] (vLLM's shape) or [num_blocks,
+// page_size, 1, 132] (DeepGEMM's). The last two dims are the page's bytes, not one token's: a page
+// holds its tokens' 128 e4m3 each, then their f32 scales. No scales tensor.
+int64_t expect_page_scales_storage(const PagedKVCacheParams& c, const PagedCacheView& cache) {
+  const TensorView& blocks = cache.blocks;
+  const char* what = "cache.blocks";
+  if (blocks.dtype != DType::u8 && blocks.dtype != DType::fp8_e4m3)
+    throw_invalid("cache.blocks dtype", dtype_name(blocks.dtype),
+                  "u8 (or fp8_e4m3: the same bytes) for layout fp8_page_scales");
+  const int tok = PagedKVCacheParams::kPageScalesTokenBytes;
+  if (blocks.ndim == 5) {
+    expect_dim(blocks, 1, 1, what);
+    expect_dim(blocks, 2, c.num_layers, what);
+    expect_dim(blocks, 3, c.page_size, what);
+    expect_dim(blocks, 4, tok, what);
+  } else if (c.num_layers == 1 && blocks.ndim == 3) {
+    expect_dim(blocks, 1, c.page_size, what);
+    expect_dim(blocks, 2, tok, what);
+  } else if (c.num_layers == 1 && blocks.ndim == 4) {
+    expect_dim(blocks, 1, c.page_size, what);
+    expect_dim(blocks, 2, 1, what);
+    expect_dim(blocks, 3, tok, what);
+  } else {
+    throw_invalid("cache.blocks rank", blocks.ndim,
+                  c.num_layers == 1 ? "5 ([num_blocks, 1, num_layers, page_size, 132]), 3 ([num_blocks, page_size, "
+                                      "132]) or 4 ([num_blocks, page_size, 1, 132]) for layout fp8_page_scales"
+                                    : "5 ([num_blocks, 1, num_layers, page_size, 132]) for layout fp8_page_scales");
+  }
+  expect_contiguous(blocks, what);
+  expect_nonnull(blocks, what);
+  expect_aligned(blocks, 16, what);
+  if (!cache.scales.empty())
+    throw_invalid("cache.scales", cache.scales.describe(),
+                  "no scales (an empty view): layout fp8_page_scales keeps them in its pages");
+  return blocks.shape[0];
+}
+
 // blocks (and for fp8 scales) against the cache params; returns num_blocks.
 int64_t expect_cache_storage(const PagedKVCacheParams& c, const PagedCacheView& cache, size_t block_align) {
   if (c.ds_mla()) return expect_ds_mla_storage(c, cache);
+  if (c.page_scales()) return expect_page_scales_storage(c, cache);
   const TensorView& blocks = cache.blocks;
   expect_dtype(blocks, c.dtype, "cache.blocks");
   expect_ndim(blocks, 6, "cache.blocks");
@@ -183,7 +222,8 @@ void kv_cache_store(const KvCacheStoreParams& requested, const TensorView& x, co
   args.cache_lengths = static_cast<const unsigned*>(cache.cache_lengths.data);
   args.lookup_table = static_cast<const unsigned*>(cache.lookup_table.data);
   args.blocks = cache.blocks.data;
-  args.scales = static_cast<float*>(cache.scales.data);
+  // fp8_page_scales: the scales live in the pages; the kernel indexes them from the blocks' start.
+  args.scales = c.page_scales() ? static_cast<float*>(cache.blocks.data) : static_cast<float*>(cache.scales.data);
   args.dropped = static_cast<unsigned*>(dropped.data);
   args.num_tokens = num_tokens;
   args.num_blocks = num_blocks;
@@ -224,7 +264,8 @@ void kv_cache_gather(const KvCacheGatherParams& requested, const PagedCacheView&
 
   KvCacheGatherArgs args{};
   args.blocks = cache.blocks.data;
-  args.scales = static_cast<const float*>(cache.scales.data);
+  args.scales = c.page_scales() ? static_cast<const float*>(cache.blocks.data)
+                                : static_cast<const float*>(cache.scales.data);
   args.lookup_table = static_cast<const unsigned*>(cache.lookup_table.data);
   args.batch_ids = static_cast<const unsigned*>(batch_ids.data);
   args.positions = static_cast<const unsigned*>(positions.data);

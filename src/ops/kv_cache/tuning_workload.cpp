@@ -71,8 +71,10 @@ struct PagedCache {
   ops::PagedCacheView view() const {
     ops::PagedCacheView v;
     const int64_t bdims[6] = {num_blocks, p.kv_dim(), p.num_layers, p.page_size, p.num_heads, p.head_size};
-    const int64_t rdims[5] = {num_blocks, 1, p.num_layers, p.page_size, PagedKVCacheParams::kDsMlaRecordBytes};
-    v.blocks = p.ds_mla() ? TensorView(blocks.get(), DType::u8, rdims, 5) : TensorView(blocks.get(), p.dtype, bdims, 6);
+    // fp8_ds_mla records, fp8_page_scales pages: u8 [num_blocks, 1, num_layers, page_size, row_bytes].
+    const int64_t rdims[5] = {num_blocks, 1, p.num_layers, p.page_size, static_cast<int64_t>(p.row_bytes())};
+    v.blocks = p.ds_mla() || p.page_scales() ? TensorView(blocks.get(), DType::u8, rdims, 5)
+                                             : TensorView(blocks.get(), p.dtype, bdims, 6);
     if (p.split_scales()) {
       const int64_t sdims[6] = {num_blocks, p.kv_dim(), p.num_layers, p.page_size, p.num_heads, p.head_dim_granularity()};
       v.scales = TensorView(scales.get(), DType::f32, sdims, 6);
@@ -83,8 +85,9 @@ struct PagedCache {
   }
 
   // Random values (and positive scales) in the (layer_idx, kv_idx) slab of every block; the rest
-  // of the cache is never read. fp8_ds_mla records are filled with random finite e4m3 bytes: no
-  // byte is 0x7F or 0xFF, so their f32 scales and bf16 rope values are finite too.
+  // of the cache is never read. fp8_ds_mla records and fp8_page_scales pages are filled with random
+  // finite e4m3 bytes: no byte is 0x7F or 0xFF, so their f32 scales and bf16 rope values are finite
+  // too.
   void fill_random(data::Rng& rng) {
     blocks.fill_bytes(0);
     for (int64_t b = 0; b < num_blocks; ++b) data::fill_random(blocks, p.dtype, rng, slab(b) * slab_bytes(), slab_bytes());

@@ -17,6 +17,7 @@
 #include "mlajit/autotune.hpp"
 #include "mlajit/driver.hpp"
 #include "core/input.hpp"
+#include "core/param_checks.hpp"
 #include "mlajit/error.hpp"
 #include "mlajit/ops.hpp"
 #include "mlajit/runtime.hpp"
@@ -115,6 +116,7 @@ nlohmann::json bench_mla_indexer_decode(const MlaIndexerBenchArgs& a) {
   p.mask = a.mask;
   p.num_stages = a.num_stages;
   p.block_kv = a.block_kv;
+  p.k_layout = a.k_layout;
   indexer::layout(p);
   std::unique_ptr<PagedAnchor> anchor;
   if (!a.anchor.empty()) anchor = std::make_unique<PagedAnchor>(a.anchor);
@@ -154,9 +156,26 @@ nlohmann::json bench_mla_indexer_decode(const MlaIndexerBenchArgs& a) {
                        doff = up(off.data(), off.size() * 4), dcl = up(cl.data(), cl.size() * 4);
   const size_t ws_bytes = ops::mla_indexer_workspace_bytes(p, T, a.context);
   driver::DeviceBuffer ws(std::max<size_t>(ws_bytes, 16)), out(static_cast<size_t>(T * a.top_k) * 4);
+  // The same keys as the engines' pages (page_size x 128 e4m3, then the page's f32 scales): the
+  // anchor's cache, and mlajit's with k_layout fp8_page_scales.
+  const bool page_scales = a.k_layout == CacheLayout::fp8_page_scales;
+  driver::DeviceBuffer dpages(16);
+  if (page_scales || (anchor && page == 64)) {
+    const size_t page_bytes = static_cast<size_t>(page) * 132;
+    std::vector<uint8_t> pages(static_cast<size_t>(num_blocks) * page_bytes);
+    for (int64_t blk = 0; blk < num_blocks; ++blk) {
+      std::copy_n(kb.begin() + blk * page * 128, page * 128, pages.begin() + blk * static_cast<int64_t>(page_bytes));
+      std::memcpy(pages.data() + blk * page_bytes + page * 128, ks.data() + blk * page, static_cast<size_t>(page) * 4);
+    }
+    dpages = up(pages.data(), pages.size());
+  }
   ops::PagedCacheView kc;
-  kc.blocks = TensorView(dkb.get(), DType::fp8_e4m3, {num_blocks, 1, 1, page, 1, 128});
-  kc.scales = TensorView(dks.get(), DType::f32, {num_blocks, 1, 1, page, 1, 1});
+  if (page_scales) {
+    kc.blocks = TensorView(dpages.get(), DType::u8, {num_blocks, 1, 1, page, 132});
+  } else {
+    kc.blocks = TensorView(dkb.get(), DType::fp8_e4m3, {num_blocks, 1, 1, page, 1, 128});
+    kc.scales = TensorView(dks.get(), DType::f32, {num_blocks, 1, 1, page, 1, 1});
+  }
   kc.lookup_table = TensorView(dlut.get(), DType::u32, {B, pps});
   kc.cache_lengths = TensorView(dcl.get(), DType::u32, {B});
   const TensorView vq(dq.get(), DType::fp8_e4m3, {T, H, 128}), vqs(dqs.get(), DType::f32, {T, H}),
@@ -170,7 +189,7 @@ nlohmann::json bench_mla_indexer_decode(const MlaIndexerBenchArgs& a) {
 
   // The anchor's cache: the same keys in the engines' pages (64 x 128 e4m3, then 64 f32 scales).
   nlohmann::json anchor_json;
-  driver::DeviceBuffer dpages(16), dmeta(16), dlogits(16), dctx(16);
+  driver::DeviceBuffer dmeta(16), dlogits(16), dctx(16);
   const long long logits_stride = (a.context + 255) / 256 * 256;
   const int sms = Runtime::global().sm_count();
   bool anchor_ok = false;
@@ -179,13 +198,6 @@ nlohmann::json bench_mla_indexer_decode(const MlaIndexerBenchArgs& a) {
     if (page != 64) {
       anchor_json["error"] = "the engines' page layout has 64-token pages; page_size is " + std::to_string(page);
     } else {
-      constexpr size_t kPageBytes = 64 * 132;
-      std::vector<uint8_t> pages(static_cast<size_t>(num_blocks) * kPageBytes);
-      for (int64_t blk = 0; blk < num_blocks; ++blk) {
-        std::copy_n(kb.begin() + blk * 64 * 128, 64 * 128, pages.begin() + blk * static_cast<int64_t>(kPageBytes));
-        std::memcpy(pages.data() + blk * kPageBytes + 64 * 128, ks.data() + blk * 64, 64 * 4);
-      }
-      dpages = up(pages.data(), pages.size());
       std::vector<int> ctx(static_cast<size_t>(B), static_cast<int>(a.context));
       dctx = up(ctx.data(), ctx.size() * 4);
       dmeta = driver::DeviceBuffer(std::max<size_t>(anchor->meta_bytes(sms), 16));
@@ -236,6 +248,7 @@ nlohmann::json bench_mla_indexer_decode(const MlaIndexerBenchArgs& a) {
   j["top_k"] = a.top_k;
   j["page_size"] = page;
   j["mask"] = a.mask == Mask::causal ? "causal" : "none";
+  j["k_layout"] = page_scales ? "fp8_page_scales" : "split";
   j["reps"] = a.reps;
   j["num_stages"] = a.num_stages;
   j["block_kv"] = a.block_kv;
@@ -285,6 +298,9 @@ nlohmann::json bench_mla_indexer_decode(const MlaIndexerBenchArgs& a) {
 nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
   if (a.batch > 0) return bench_mla_indexer_decode(a);
   MLAJIT_EXPECT(a.batch == 0, "batch", a.batch, ">= 0 (0: one sequence of new_tokens after cached_tokens)");
+  MLAJIT_EXPECT(a.k_layout == CacheLayout::split, "k_layout", cache_layout_name(a.k_layout),
+                "split at prefill shapes (fp8_page_scales: with decode shapes, batch > 0)");
+  MLAJIT_EXPECT(a.topk_ranks == 0, "topk_ranks", a.topk_ranks, "0 at prefill shapes (the plan's; set it with batch > 0)");
   MLAJIT_EXPECT(a.new_tokens >= 1, "new_tokens", a.new_tokens, ">= 1");
   MLAJIT_EXPECT(a.cached_tokens >= 0, "cached_tokens", a.cached_tokens, ">= 0");
   MLAJIT_EXPECT(a.reps >= 1, "reps", a.reps, ">= 1");

@@ -34,6 +34,9 @@ struct MlaIndexerBenchArgs {
   int64_t context = 32768;
   // The top-k stage's CTAs per row (1, 2, 4, 8) instead of the plan's (0), sm_90 and newer.
   int topk_ranks = 0;
+  // Decode shapes: the K cache mlajit reads, split (fp8 blocks + scales) or fp8_page_scales (the
+  // engines' pages, the anchor's buffer).
+  CacheLayout k_layout = CacheLayout::split;
   // Optional: path of a shared library exporting DeepGEMM-style fp8 MQA logits (the C ABI below),
   // timed beside mlajit's scores stage on the same q, weights, K (gathered dense) and scales; at
   // decode shapes its paged logits (the decode ABI below) instead.

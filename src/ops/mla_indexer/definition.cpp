@@ -31,6 +31,11 @@ void MlaIndexerParams::validate() const {
   MLAJIT_EXPECT(block_kv == 0 || block_kv == 64 || block_kv == 128 || block_kv == 256, "params.block_kv", block_kv,
                 "0 (heuristic) | 64 | 128 | 256");
   MLAJIT_EXPECT(num_stages >= 0 && num_stages <= 8, "params.num_stages", num_stages, "0 (heuristic) or 1..8");
+  MLAJIT_EXPECT(k_layout == CacheLayout::split || k_layout == CacheLayout::fp8_page_scales, "params.k_layout",
+                cache_layout_name(k_layout), "split | fp8_page_scales");
+  if (k_layout == CacheLayout::fp8_page_scales)
+    MLAJIT_EXPECT(page_size % 32 == 0, "params.page_size", page_size,
+                  "a multiple of 32 with k_layout fp8_page_scales (a page of 132-byte tokens is whole 128-byte rows)");
 }
 
 namespace ops {
@@ -53,8 +58,9 @@ const OpDefinition& mla_indexer_definition() {
       },
       [](const OpParams& params) {
         const auto& p = std::get<MlaIndexerParams>(params);
-        return fmt::format("mla_indexer_h{}_d{}_k{}_p{}_{}_{}", p.num_heads, p.depth, p.top_k, p.page_size,
-                           mask_name(p.mask), emit_name(p.emit));
+        return fmt::format("mla_indexer_h{}_d{}_k{}_p{}_{}_{}{}", p.num_heads, p.depth, p.top_k, p.page_size,
+                           mask_name(p.mask), emit_name(p.emit),
+                           p.k_layout == CacheLayout::fp8_page_scales ? "_page_scales" : "");
       },
       generate_mla_indexer,
       autotune::make_indexer_workload,

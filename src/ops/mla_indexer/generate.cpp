@@ -41,6 +41,13 @@ KernelSource generate_mla_indexer(const KernelSpec& spec) {
       "constexpr bool kPhysical = {};\n\n",
       p.num_heads, lay.page_shift, p.mask == Mask::causal ? "true" : "false", lay.stages, p.top_k,
       p.emit == IndexEmit::physical ? "true" : "false");
+  // The K cache layout fp8_page_scales: the scorers' extra template argument, emitted only for it
+  // (sources of split-layout specs stay as they were).
+  const bool page_scales = p.k_layout == CacheLayout::fp8_page_scales;
+  const char* ps_arg = page_scales ? ", /*page_scales*/ true" : "";
+  if (page_scales)
+    c += fmt::format("// K cache: layout fp8_page_scales, per page {} x 128 e4m3 then {} f32 scales\n\n", p.page_size,
+                     p.page_size);
   // __grid_constant__: the persistent scorer's TMA reads its tensor maps (MlaIndexerScoresArgs::
   // k_map, scale_map) from the kernel's parameter space by address; without it, taking that
   // address would copy the struct to local memory.
@@ -48,18 +55,18 @@ KernelSource generate_mla_indexer(const KernelSpec& spec) {
       "extern \"C\" __global__ void __launch_bounds__({}, 1) mla_indexer_scores_sm90(\n"
       "    const __grid_constant__ MlaIndexerScoresArgs a) {{\n"
       "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
-      "  mj::indexer_sm90::{}<kHeads, kPageShift, kCausal, kStages>(a);\n"
+      "  mj::indexer_sm90::{}<kHeads, kPageShift, kCausal, kStages{}>(a);\n"
       "#else\n"
       "  asm volatile(\"trap;\");  // wgmma needs sm_90a; the host launches the portable entry instead\n"
       "#endif\n"
       "}}\n\n",
-      lay.sm90_threads, sm90_fn);
+      lay.sm90_threads, sm90_fn, ps_arg);
   c += fmt::format(
       "extern \"C\" __global__ void __launch_bounds__({}) mla_indexer_scores_portable(const MlaIndexerScoresArgs a) "
       "{{\n"
-      "  mj::indexer_portable::scores_portable<kHeads, kPageShift, kCausal>(a);\n"
+      "  mj::indexer_portable::scores_portable<kHeads, kPageShift, kCausal{}>(a);\n"
       "}}\n\n",
-      lay.portable_threads);
+      lay.portable_threads, ps_arg);
   c += fmt::format(
       "extern \"C\" __global__ void __launch_bounds__({}, {}) mla_indexer_topk(const MlaIndexerTopkArgs a) {{\n"
       "  mj::indexer::topk_rows<kTopK, kPageShift, kCausal, kPhysical>(a);\n"

@@ -94,32 +94,75 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
   expect_contiguous(input_row_offsets, "input_row_offsets");
   expect_nonnull(input_row_offsets, "input_row_offsets");
 
-  expect_dtype(kc.blocks, DType::fp8_e4m3, "k_cache.blocks");
-  expect_ndim(kc.blocks, 6, "k_cache.blocks");
-  const int64_t num_blocks = kc.blocks.size(0);
-  MLAJIT_EXPECT(num_blocks >= 1, "k_cache.blocks shape[0] (num_blocks)", num_blocks, ">= 1");
-  expect_dim(kc.blocks, 1, 1, "k_cache.blocks (kv_dim: is_mla)");
-  const int64_t num_layers = kc.blocks.size(2);
-  MLAJIT_EXPECT(num_layers >= 1, "k_cache.blocks shape[2] (num_layers)", num_layers, ">= 1");
-  expect_dim(kc.blocks, 3, p.page_size, "k_cache.blocks (page_size)");
-  expect_dim(kc.blocks, 4, 1, "k_cache.blocks (num_heads)");
-  expect_dim(kc.blocks, 5, kDepth, "k_cache.blocks (head_size = depth)");
-  expect_contiguous(kc.blocks, "k_cache.blocks");
-  expect_nonnull(kc.blocks, "k_cache.blocks");
-  expect_aligned(kc.blocks, 16, "k_cache.blocks");
+  // The K cache: the split layout (fp8 blocks + an f32 scales tensor), or the engines' pages
+  // (k_layout fp8_page_scales: u8 pages of page_size x 128 e4m3 then page_size f32 scales).
+  const bool page_scales = p.k_layout == CacheLayout::fp8_page_scales;
+  int64_t num_blocks = 0, num_layers = 0, hdg = 1;
+  if (page_scales) {
+    const TensorView& kb = kc.blocks;
+    const char* what = "k_cache.blocks";
+    if (kb.dtype != DType::u8 && kb.dtype != DType::fp8_e4m3)
+      throw_invalid("k_cache.blocks dtype", dtype_name(kb.dtype),
+                    "u8 (or fp8_e4m3: the same bytes) with k_layout fp8_page_scales");
+    const int tok = PagedKVCacheParams::kPageScalesTokenBytes;
+    if (kb.ndim == 5) {
+      expect_dim(kb, 1, 1, what);
+      num_layers = kb.size(2);
+      expect_dim(kb, 3, p.page_size, what);
+      expect_dim(kb, 4, tok, what);
+    } else if (kb.ndim == 3) {  // vLLM's [num_blocks, page_size, 132]: one layer
+      num_layers = 1;
+      expect_dim(kb, 1, p.page_size, what);
+      expect_dim(kb, 2, tok, what);
+    } else if (kb.ndim == 4) {  // DeepGEMM's [num_blocks, page_size, 1, 132]: one layer
+      num_layers = 1;
+      expect_dim(kb, 1, p.page_size, what);
+      expect_dim(kb, 2, 1, what);
+      expect_dim(kb, 3, tok, what);
+    } else {
+      throw_invalid("k_cache.blocks rank", kb.ndim,
+                    "5 ([num_blocks, 1, num_layers, page_size, 132]), 3 ([num_blocks, page_size, 132]) or 4 "
+                    "([num_blocks, page_size, 1, 132]) with k_layout fp8_page_scales");
+    }
+    num_blocks = kb.size(0);
+    MLAJIT_EXPECT(num_blocks >= 1, "k_cache.blocks shape[0] (num_blocks)", num_blocks, ">= 1");
+    MLAJIT_EXPECT(num_layers >= 1, "k_cache.blocks shape[2] (num_layers)", num_layers, ">= 1");
+    expect_contiguous(kb, what);
+    expect_nonnull(kb, what);
+    expect_aligned(kb, 16, what);
+    if (!kc.scales.empty())
+      throw_invalid("k_cache.scales", kc.scales.describe(),
+                    "no scales (an empty view): k_layout fp8_page_scales keeps them in its pages");
+  } else {
+    expect_dtype(kc.blocks, DType::fp8_e4m3, "k_cache.blocks");
+    expect_ndim(kc.blocks, 6, "k_cache.blocks");
+    num_blocks = kc.blocks.size(0);
+    MLAJIT_EXPECT(num_blocks >= 1, "k_cache.blocks shape[0] (num_blocks)", num_blocks, ">= 1");
+    expect_dim(kc.blocks, 1, 1, "k_cache.blocks (kv_dim: is_mla)");
+    num_layers = kc.blocks.size(2);
+    MLAJIT_EXPECT(num_layers >= 1, "k_cache.blocks shape[2] (num_layers)", num_layers, ">= 1");
+    expect_dim(kc.blocks, 3, p.page_size, "k_cache.blocks (page_size)");
+    expect_dim(kc.blocks, 4, 1, "k_cache.blocks (num_heads)");
+    expect_dim(kc.blocks, 5, kDepth, "k_cache.blocks (head_size = depth)");
+    expect_contiguous(kc.blocks, "k_cache.blocks");
+    expect_nonnull(kc.blocks, "k_cache.blocks");
+    expect_aligned(kc.blocks, 16, "k_cache.blocks");
 
-  // SPEC §1 kv_scales_view with num_heads 1: one scale per token since granularity >= depth.
-  const int64_t hdg = (kDepth + p.quantization_granularity - 1) / p.quantization_granularity;
-  expect_dtype(kc.scales, DType::f32, "k_cache.scales");
-  expect_ndim(kc.scales, 6, "k_cache.scales");
-  expect_dim(kc.scales, 0, num_blocks, "k_cache.scales (num_blocks)");
-  expect_dim(kc.scales, 1, 1, "k_cache.scales (kv_dim: is_mla)");
-  expect_dim(kc.scales, 2, num_layers, "k_cache.scales (num_layers)");
-  expect_dim(kc.scales, 3, p.page_size, "k_cache.scales (page_size)");
-  expect_dim(kc.scales, 4, 1, "k_cache.scales (num_heads)");
-  expect_dim(kc.scales, 5, hdg, "k_cache.scales (head_dim_granularity)");
-  expect_contiguous(kc.scales, "k_cache.scales");
-  expect_nonnull(kc.scales, "k_cache.scales");
+    // SPEC §1 kv_scales_view with num_heads 1: one scale per token since granularity >= depth.
+    hdg = (kDepth + p.quantization_granularity - 1) / p.quantization_granularity;
+    expect_dtype(kc.scales, DType::f32, "k_cache.scales");
+    expect_ndim(kc.scales, 6, "k_cache.scales");
+    expect_dim(kc.scales, 0, num_blocks, "k_cache.scales (num_blocks)");
+    expect_dim(kc.scales, 1, 1, "k_cache.scales (kv_dim: is_mla)");
+    expect_dim(kc.scales, 2, num_layers, "k_cache.scales (num_layers)");
+    expect_dim(kc.scales, 3, p.page_size, "k_cache.scales (page_size)");
+    expect_dim(kc.scales, 4, 1, "k_cache.scales (num_heads)");
+    expect_dim(kc.scales, 5, hdg, "k_cache.scales (head_dim_granularity)");
+    expect_contiguous(kc.scales, "k_cache.scales");
+    expect_nonnull(kc.scales, "k_cache.scales");
+  }
+  // Rows of 128 bytes per page: the tokens' (split), or theirs and the scales' (page + page / 32).
+  const int64_t rows_per_page = page_scales ? p.page_size + p.page_size / 32 : p.page_size;
 
   expect_dtype(kc.lookup_table, DType::u32, "k_cache.lookup_table");
   expect_ndim(kc.lookup_table, 2, "k_cache.lookup_table");
@@ -144,8 +187,10 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
   const bool tma = lay.sm90_persistent && p.page_size >= indexer::kTmaMinPage;
   indexer::TmaPlan tma_plan;
   if (tma)
-    tma_plan = indexer::plan_tma(reinterpret_cast<uintptr_t>(kc.blocks.data), reinterpret_cast<uintptr_t>(kc.scales.data),
-                                 num_blocks * num_layers * p.page_size, static_cast<int>(hdg), p.page_size);
+    tma_plan = indexer::plan_tma(
+        reinterpret_cast<uintptr_t>(kc.blocks.data),
+        reinterpret_cast<uintptr_t>(page_scales ? kc.blocks.data : kc.scales.data), num_blocks * num_layers * rows_per_page,
+        static_cast<int>(hdg), p.page_size, page_scales ? num_blocks * num_layers * p.page_size * 33 : 0);
   // The persistent scorer walks keys in 32-bit ints in steps of 256 (its loop state has no room for
   // 64-bit keys).
   MLAJIT_EXPECT(!lay.sm90_persistent || max_keys_per_seq <= (int64_t{1} << 31) - 1024, "max_keys_per_seq",
@@ -189,7 +234,8 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
   sa.qs = static_cast<const float*>(qs.data);
   sa.input_row_offsets = static_cast<const unsigned*>(input_row_offsets.data);
   sa.k_blocks = static_cast<const unsigned char*>(kc.blocks.data);
-  sa.k_scales = static_cast<const float*>(kc.scales.data);
+  // fp8_page_scales: the scorers index the scales from the pages' start (common.cuh, scale_index).
+  sa.k_scales = static_cast<const float*>(page_scales ? kc.blocks.data : kc.scales.data);
   sa.lookup_table = static_cast<const unsigned*>(kc.lookup_table.data);
   sa.cache_lengths = static_cast<const unsigned*>(kc.cache_lengths.data);
   sa.scores = static_cast<float*>(workspace.data);
@@ -198,8 +244,8 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
   sa.max_keys = max_keys_per_seq;
   sa.num_blocks = num_blocks;
   sa.pages_per_seq = pages_per_seq;
-  sa.block_row_stride = num_layers * p.page_size;
-  sa.layer_row_offset = static_cast<int64_t>(layer_idx) * p.page_size;
+  sa.block_row_stride = num_layers * rows_per_page;
+  sa.layer_row_offset = static_cast<int64_t>(layer_idx) * rows_per_page;
   sa.batch = static_cast<int>(B);
   sa.scale_row_stride = static_cast<int>(hdg);
   // The TMA descriptors, once for all chunks (host-only; captured by value in a CUDA graph).

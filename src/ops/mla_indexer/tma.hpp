@@ -28,17 +28,22 @@ inline constexpr int kTmaMinPage = 1 << mj::indexer::kTmaMinPageShift;
 struct TmaPlan {
   bool scales_by_tma = false;
   uint32_t box_rows = 64;  // rows per TMA box: min(page_size, 64), the kernel's box (one page or quarter)
-  int64_t rows = 0;        // the cache's rows (num_blocks x num_layers x page_size): the maps' row extent
+  int64_t rows = 0;        // the cache's rows (num_blocks x num_layers x page_size): the K map's row extent
+  int64_t scale_words = 0; // the scale map's extent in 32-bit words (rows in the split layout)
 };
 
 // Validates what the TMA needs of the cache: page_size a power of two >= kTmaMinPage, k_blocks
 // 16-byte aligned, 1 <= total_rows < 2^31 (row coordinates are 32-bit signed and the kernel computes
 // rows in 32 bits). Box starts need no alignment (TMA coordinates are in rows). Throws
 // Error(InvalidArgument) naming the field otherwise. Pure: no driver call.
-TmaPlan plan_tma(uintptr_t k_blocks, uintptr_t k_scales, int64_t total_rows, int scale_row_stride, int page_size);
+// `scale_words` > 0: the scales live in the pages (layout fp8_page_scales: k_scales is the pages'
+// start, total_rows counts their 128-byte rows, page + page / 32 per page, and the scale map spans
+// scale_words words); 0: the split layout's scales tensor of total_rows words.
+TmaPlan plan_tma(uintptr_t k_blocks, uintptr_t k_scales, int64_t total_rows, int scale_row_stride, int page_size,
+                 int64_t scale_words = 0);
 
 // Encodes sa.k_map (K as [plan.rows, 128] bytes, box plan.box_rows x 128, 128-byte swizzle) and,
-// with plan.scales_by_tma, sa.scale_map ([plan.rows] 32-bit words, box plan.box_rows), and sets
+// with plan.scales_by_tma, sa.scale_map ([plan.scale_words] 32-bit words, box plan.box_rows), and sets
 // sa.scales_by_tma. Host-only (cuTensorMapEncodeTiled), cheap enough per launch.
 void encode_tma(const TmaPlan& plan, MlaIndexerScoresArgs& sa);
 

@@ -29,6 +29,8 @@ void SparsePrefillParams::validate() const {
   MLAJIT_EXPECT(b_topk == 64, "params.b_topk", b_topk,
                 "64 (the keys each pipeline step of the kernels processes, fixed at 64)");
   check_page_size(page_size, "params.page_size");
+  MLAJIT_EXPECT(kv_layout == CacheLayout::split || kv_layout == CacheLayout::fp8_ds_mla, "params.kv_layout",
+                cache_layout_name(kv_layout), "split | fp8_ds_mla (fp8_page_scales is the indexer's K layout)");
   if (kv_layout == CacheLayout::fp8_ds_mla) {
     MLAJIT_EXPECT(kv_dtype == DType::fp8_e4m3, "params.kv_dtype", dtype_name(kv_dtype),
                   "fp8_e4m3 with kv_layout fp8_ds_mla (its records hold e4m3 latents)");
