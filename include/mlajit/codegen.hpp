@@ -17,6 +17,7 @@ struct EntryPoint {
   std::string symbol;       // extern "C" name in the module
   unsigned threads = 0;     // threads per block the entry is compiled for (__launch_bounds__)
   unsigned smem_bytes = 0;  // dynamic shared memory it needs at launch (0 if none)
+  int unit = 0;             // the compile unit holding it (KernelSource::compile_units)
 };
 
 struct KernelSource {
@@ -31,6 +32,12 @@ struct KernelSource {
   // setting measured faster for it), placed before MLAJIT_NVRTC_EXTRA_OPTIONS so that the knob can
   // still override them. Part of the cache key; the generator also names them in the source header.
   std::vector<std::string> nvrtc_options;
+  // NVRTC programs the source compiles as, in parallel (1: one). Unit u is `code` with MLAJIT_UNIT
+  // defined to u; the generator guards each entry with `#if !defined(MLAJIT_UNIT) || MLAJIT_UNIT ==
+  // u`, so a unit instantiates only its own entries' templates and compiles in its own kernels'
+  // time. The units' cubins travel as one module image (src/jit/module_image.hpp): one cache entry
+  // per kernel, loaded as one module per unit. Part of the cache key when > 1.
+  int compile_units = 1;
 };
 
 // Validates the spec and generates its source. Throws Error(InvalidArgument) for a bad spec.

@@ -23,6 +23,11 @@ std::string cache_key(const KernelSource& src, const std::string& arch, const st
     h.update_field(std::to_string(src.nvrtc_options.size()));
     for (auto& o : src.nvrtc_options) h.update_field(o);
   }
+  // Hashed only when the source compiles as several units, so other keys stay as they were.
+  if (src.compile_units > 1) {
+    h.update_field("compile units");
+    h.update_field(std::to_string(src.compile_units));
+  }
   h.update_field(src.code);
   auto templates = included_templates(src.code);
   h.update_field(std::to_string(templates.size()));

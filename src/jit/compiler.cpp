@@ -6,12 +6,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
+#include <thread>
 #include <fstream>
 
 #include "mlajit/cache.hpp"
 #include "mlajit/config.hpp"
 #include "mlajit/error.hpp"
 #include "mlajit/log.hpp"
+#include "jit/module_image.hpp"
 #include "jit/nvrtc_api.hpp"
 
 namespace mlajit {
@@ -196,7 +199,47 @@ CompiledKernel Compiler::compile(const KernelSource& src, const std::string& arc
                       : fmt::format("{} or newer{}", src.min_arch, src.min_arch_why.empty() ? "" : " (" + src.min_arch_why + ")"));
   const auto opts = options(arch, src);
   auto t0 = std::chrono::steady_clock::now();
-  NvrtcRun run = run_nvrtc(src, opts, /*want_ptx=*/false);
+  if (src.compile_units < 1 || static_cast<size_t>(src.compile_units) > kMaxModuleImageUnits)
+    throw_error(ErrorKind::Internal, "{}: {} compile units (expected 1..{})", src.name, src.compile_units,
+                kMaxModuleImageUnits);
+  NvrtcRun run;
+  if (src.compile_units == 1) {
+    run = run_nvrtc(src, opts, /*want_ptx=*/false);
+  } else {
+    // One NVRTC program per unit, in parallel (NVRTC compiles separate programs concurrently): the
+    // kernel's compile time is its slowest unit's, not the sum. The first failing unit's result
+    // is reported, with the unit named in its log.
+    std::vector<NvrtcRun> runs(static_cast<size_t>(src.compile_units));
+    std::vector<std::exception_ptr> errors(runs.size());
+    std::vector<std::thread> threads;
+    for (size_t u = 0; u < runs.size(); ++u)
+      threads.emplace_back([&, u] {
+        try {
+          auto unit_opts = opts;
+          unit_opts.push_back(fmt::format("-DMLAJIT_UNIT={}", u));
+          runs[u] = run_nvrtc(src, unit_opts, /*want_ptx=*/false);
+        } catch (...) {
+          errors[u] = std::current_exception();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+    std::vector<std::string> cubins;
+    for (size_t u = 0; u < runs.size(); ++u) {
+      if (runs[u].rc != nvrtc::kSuccess) {
+        run = std::move(runs[u]);
+        run.log = fmt::format("(compile unit {} of {}, -DMLAJIT_UNIT={})\n{}", u, runs.size(), u, run.log);
+        break;
+      }
+      if (!runs[u].log.empty()) run.log += fmt::format("(compile unit {})\n{}", u, runs[u].log);
+      cubins.push_back(std::move(runs[u].output));
+    }
+    if (cubins.size() == runs.size()) {
+      run.rc = nvrtc::kSuccess;
+      run.output = pack_module_image(cubins);
+    }
+  }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   auto dump = config::dump_dir();

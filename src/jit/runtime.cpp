@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "jit/module_image.hpp"
 #include "jit/memory_cache.hpp"
 #include "jit/build_source.hpp"
 #include "jit/remote_cache.hpp"
@@ -33,10 +34,20 @@ constexpr unsigned kDefaultSmemLimit = 48 * 1024;
 
 class LoadedKernel final : public Kernel {
  public:
+  // `cubin`: one ELF image, or the module image of a source of several compile units (one module
+  // per unit; each entry is looked up in its unit's).
   LoadedKernel(KernelSource src, const std::string& cubin, std::string arch, std::string key)
-      : src_(std::move(src)), module_(cubin), arch_(std::move(arch)), key_(std::move(key)) {
+      : src_(std::move(src)), arch_(std::move(arch)), key_(std::move(key)) {
+    const std::vector<std::string_view> units = unpack_module_image(cubin);
+    if (units.size() != static_cast<size_t>(std::max(src_.compile_units, 1)))
+      throw_error(ErrorKind::Cache, "{}: a compiled image of {} modules for a source of {} compile units", src_.name,
+                  units.size(), src_.compile_units);
+    for (auto u : units) modules_.emplace_back(std::string(u));
     for (auto& e : src_.entries) {
-      driver::Function f = module_.function(e.symbol);
+      if (e.unit < 0 || e.unit >= static_cast<int>(modules_.size()))
+        throw_error(ErrorKind::Internal, "{}: entry {} in compile unit {} of {}", src_.name, e.symbol, e.unit,
+                    modules_.size());
+      driver::Function f = modules_[static_cast<size_t>(e.unit)].function(e.symbol);
       if (e.smem_bytes > kDefaultSmemLimit) driver::set_max_dynamic_smem(f, e.smem_bytes);
       functions_.push_back(f);
     }
@@ -78,7 +89,7 @@ class LoadedKernel final : public Kernel {
   }
 
   KernelSource src_;
-  driver::Module module_;
+  std::vector<driver::Module> modules_;  // one per compile unit
   std::vector<driver::Function> functions_;
   std::string arch_;
   std::string key_;

@@ -1,4 +1,5 @@
-// Source generator of the mla_indexer family (SPEC §2): three entries in one module,
+// Source generator of the mla_indexer family (SPEC §2): three entries, each its own compile unit
+// (compiled in parallel, loaded as one module each),
 //   0 mla_indexer_scores_sm90      fp8 wgmma scores (sm_90a; traps elsewhere): the persistent
 //                                  scorer, or the tile scorer (block_kv 64, pages 1, 2, 4)
 //   1 mla_indexer_scores_portable  f32 FMA scores for every other target (sm_80+)
@@ -51,7 +52,10 @@ KernelSource generate_mla_indexer(const KernelSpec& spec) {
   // __grid_constant__: the persistent scorer's TMA reads its tensor maps (MlaIndexerScoresArgs::
   // k_map, scale_map) from the kernel's parameter space by address; without it, taking that
   // address would copy the struct to local memory.
+  // Each entry is its own compile unit (KernelSource::compile_units): NVRTC compiles the three in
+  // parallel, so the module's cold compile is its slowest kernel's (the top-k's) rather than the sum.
   c += fmt::format(
+      "#if !defined(MLAJIT_UNIT) || MLAJIT_UNIT == 0\n"
       "extern \"C\" __global__ void __launch_bounds__({}, 1) mla_indexer_scores_sm90(\n"
       "    const __grid_constant__ MlaIndexerScoresArgs a) {{\n"
       "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
@@ -59,24 +63,30 @@ KernelSource generate_mla_indexer(const KernelSpec& spec) {
       "#else\n"
       "  asm volatile(\"trap;\");  // wgmma needs sm_90a; the host launches the portable entry instead\n"
       "#endif\n"
-      "}}\n\n",
+      "}}\n"
+      "#endif\n\n",
       lay.sm90_threads, sm90_fn, ps_arg);
   c += fmt::format(
+      "#if !defined(MLAJIT_UNIT) || MLAJIT_UNIT == 1\n"
       "extern \"C\" __global__ void __launch_bounds__({}) mla_indexer_scores_portable(const MlaIndexerScoresArgs a) "
       "{{\n"
       "  mj::indexer_portable::scores_portable<kHeads, kPageShift, kCausal{}>(a);\n"
-      "}}\n\n",
+      "}}\n"
+      "#endif\n\n",
       lay.portable_threads, ps_arg);
   c += fmt::format(
+      "#if !defined(MLAJIT_UNIT) || MLAJIT_UNIT == 2\n"
       "extern \"C\" __global__ void __launch_bounds__({}, {}) mla_indexer_topk(const MlaIndexerTopkArgs a) {{\n"
       "  mj::indexer::topk_rows<kTopK, kPageShift, kCausal, kPhysical>(a);\n"
-      "}}\n",
+      "}}\n"
+      "#endif\n",
       lay.topk_threads, lay.topk_min_blocks);
   src.entries = {
-      {"mla_indexer_scores_sm90", static_cast<unsigned>(lay.sm90_threads), lay.sm90_smem_bytes},
-      {"mla_indexer_scores_portable", static_cast<unsigned>(lay.portable_threads), lay.portable_smem_bytes},
-      {"mla_indexer_topk", static_cast<unsigned>(lay.topk_threads), lay.topk_smem_bytes},
+      {"mla_indexer_scores_sm90", static_cast<unsigned>(lay.sm90_threads), lay.sm90_smem_bytes, /*unit*/ 0},
+      {"mla_indexer_scores_portable", static_cast<unsigned>(lay.portable_threads), lay.portable_smem_bytes, 1},
+      {"mla_indexer_topk", static_cast<unsigned>(lay.topk_threads), lay.topk_smem_bytes, 2},
   };
+  src.compile_units = 3;
   return src;
 }
 
