@@ -1,8 +1,11 @@
 """Ops as handles (Op), ahead-of-time compilation (precompile) and process facts (info)."""
+import concurrent.futures
 import copy
 import ctypes
 import json
 import os
+import sys
+import time
 
 from ._lib import InvalidArgumentError, RuntimeOptions, check, lib
 
@@ -247,12 +250,16 @@ def _archs_of(arch):
     return [a.strip() for a in (arch.split(",") if isinstance(arch, str) else arch) if a.strip()]
 
 
-def precompile(config_or_specs, arch=None):
+def precompile(config_or_specs, arch=None, jobs=None, progress=None):
     """Compiles every kernel of a config (or specs) into the disk cache for `arch` without a GPU.
 
     arch: "sm_90a", "sm_90a,sm_100a" or a list; None takes the config's "arch", else the current
-    device's. Returns [{"op", "params", "arch", "cache_hit"}]. A process still loads each module
-    once (Op.load() or one launch) before CUDA graph capture: loading is a driver call too.
+    device's. jobs: kernels compiled at once (None: every core; the compiles release the GIL).
+    progress: a "precompile n/N" line on stderr (None: when stderr is a terminal). Returns
+    [{"op", "params", "arch", "cache_hit", "seconds"}] in the config's order ("seconds": the wall
+    time of that kernel; the largest is the critical path of a cold start). A process still loads
+    each module once (Op.load() or one launch) before CUDA graph capture: loading is a driver call
+    too.
     """
     specs, config_arch = _specs_of(config_or_specs)
     arch = arch or config_arch
@@ -261,10 +268,24 @@ def precompile(config_or_specs, arch=None):
         if not devices:
             raise InvalidArgumentError("precompile: arch: got None with no GPU visible, expected e.g. 'sm_90a'")
         arch = devices[0]["arch"]
-    results = []
-    for a in _archs_of(arch):
-        for s in specs:
-            hit = ctypes.c_int(0)
-            check(lib.mlajit_precompile(json.dumps(s).encode(), a.encode(), ctypes.byref(hit)))
-            results.append({"op": s["op"], "params": s["params"], "arch": a, "cache_hit": bool(hit.value)})
-    return results
+    todo = [(a, s) for a in _archs_of(arch) for s in specs]
+    if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
+        raise InvalidArgumentError(f"precompile: jobs: got {jobs!r}, expected None or an integer >= 1")
+    workers = min(jobs or os.cpu_count() or 1, max(len(todo), 1))
+    show = sys.stderr.isatty() if progress is None else bool(progress)
+
+    def one(item):
+        a, s = item
+        hit = ctypes.c_int(0)
+        t0 = time.perf_counter()
+        check(lib.mlajit_precompile(json.dumps(s).encode(), a.encode(), ctypes.byref(hit)))
+        return {"op": s["op"], "params": s["params"], "arch": a, "cache_hit": bool(hit.value),
+                "seconds": time.perf_counter() - t0}
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(one, item) for item in todo]
+        for done, _ in enumerate(concurrent.futures.as_completed(futures), 1):
+            if show:
+                print(f"\rprecompile {done}/{len(todo)}", end="\n" if done == len(todo) else "", file=sys.stderr,
+                      flush=True)
+        return [f.result() for f in futures]

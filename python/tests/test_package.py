@@ -94,8 +94,11 @@ def test_precompile_config_into_the_cache_dir_then_hits():
     cfg = {"arch": "sm_90a", "kernels": [dict(INDEX_REMAP, sweep={"threads": [128, 256]})]}
     r = mlajit.precompile(cfg)
     assert [(x["op"], x["arch"]) for x in r] == [("sparse_index_remap", "sm_90a")]
-    again = mlajit.precompile(json.dumps(cfg), arch="sm_90a,sm_100a")
-    assert [x["cache_hit"] for x in again] == [True, False]
+    again = mlajit.precompile(json.dumps(cfg), arch="sm_90a,sm_100a", jobs=2, progress=False)
+    assert [x["cache_hit"] for x in again] == [True, False]  # the config's order, whatever finished first
+    assert all(x["seconds"] >= 0 for x in again)
+    with pytest.raises(mlajit.InvalidArgumentError, match="jobs"):
+        mlajit.precompile(cfg, jobs=0)
     assert sum(n.endswith(".mjc") for n in os.listdir(mlajit.cache_dir())) >= 2  # one entry per arch
 
 
