@@ -49,14 +49,16 @@ struct DeviceCache {
   ops::PagedCacheView view;
   DeviceCache(const HostPagedCache& hc, const testdata::PageTable& pt, const testdata::RaggedBatch& batch) {
     const auto& c = hc.params;
-    blocks = to_device(hc.blocks);
+    // fp8_page_scales: the host cache's rows and scales laid out as the pages the device holds.
+    blocks = to_device(c.page_scales() ? hc.page_scales_bytes() : hc.blocks);
     scales = to_device(hc.scales);
     lut = to_device(pt.lut);
     lens = to_device(batch.cache_lengths);
-    view.blocks = c.ds_mla() ? TensorView(blocks.get(), DType::u8,
-                                          {hc.num_blocks, 1, c.num_layers, c.page_size, PagedKVCacheParams::kDsMlaRecordBytes})
-                             : TensorView(blocks.get(), c.dtype,
-                                          {hc.num_blocks, c.kv_dim(), c.num_layers, c.page_size, c.num_heads, c.head_size});
+    view.blocks = c.ds_mla() || c.page_scales()
+                      ? TensorView(blocks.get(), DType::u8,
+                                   {hc.num_blocks, 1, c.num_layers, c.page_size, static_cast<int64_t>(c.row_bytes())})
+                      : TensorView(blocks.get(), c.dtype,
+                                   {hc.num_blocks, c.kv_dim(), c.num_layers, c.page_size, c.num_heads, c.head_size});
     if (c.split_scales())
       view.scales = TensorView(scales.get(), DType::f32,
                                {hc.num_blocks, c.kv_dim(), c.num_layers, c.page_size, c.num_heads, c.head_dim_granularity()});
@@ -95,11 +97,16 @@ CheckResult check_op(const KvCacheStoreParams& p, uint64_t seed) {
   driver::synchronize();
   CheckResult r;
   r.gpu_ms = t.ms();
-  auto blocks = to_host<uint8_t>(dc.blocks, want.blocks.size());
-  auto scales = to_host<float>(dc.scales, want.scales.size());
+  // fp8_page_scales: the pages hold the scales; compared as the pages built from the reference.
+  const std::vector<uint8_t> want_blocks = p.cache.page_scales() ? want.page_scales_bytes() : want.blocks;
+  auto blocks = to_host<uint8_t>(dc.blocks, want_blocks.size());
   auto nd = to_host<uint32_t>(dropped, 1)[0];
-  const bool bytes_ok = same_bits(blocks.data(), want.blocks.data(), blocks.size());
-  const bool scales_ok = same_bits(scales.data(), want.scales.data(), scales.size() * 4);
+  const bool bytes_ok = same_bits(blocks.data(), want_blocks.data(), blocks.size());
+  bool scales_ok = true;
+  if (p.cache.split_scales()) {
+    auto scales = to_host<float>(dc.scales, want.scales.size());
+    scales_ok = same_bits(scales.data(), want.scales.data(), scales.size() * 4);
+  }
   r.passed = bytes_ok && scales_ok && nd == want_dropped;
   r.metric = fmt::format("cache bytes {}, scales {}, dropped {}/{}", bytes_ok ? "exact" : "DIFFER",
                          scales_ok ? "exact" : "DIFFER", nd, want_dropped);
@@ -196,10 +203,27 @@ CheckResult check_op(const MlaIndexerParams& p, uint64_t seed) {
   const int64_t T = in.num_tokens();
   const int B = in.batch();
   DeviceBuffer q = to_device(in.q), qs = to_device(in.qs), off = to_device(in.row_offsets), cl = to_device(in.cache_lengths),
-               lut = to_device(in.lookup_table), kb = to_device(in.k_blocks), ks = to_device(in.k_scales);
+               lut = to_device(in.lookup_table), ks = to_device(in.k_scales);
+  // k_layout fp8_page_scales: the keys as the engines' pages (each page's 128-byte keys, then
+  // their f32 scales).
+  const bool page_scales = p.k_layout == CacheLayout::fp8_page_scales;
+  std::vector<uint8_t> pages;
+  if (page_scales) {
+    const size_t P = static_cast<size_t>(in.page_size), n = static_cast<size_t>(in.num_blocks) * in.num_layers;
+    pages.resize(n * P * 132);
+    for (size_t pg = 0; pg < n; ++pg) {
+      std::memcpy(pages.data() + pg * P * 132, in.k_blocks.data() + pg * P * 128, P * 128);
+      std::memcpy(pages.data() + pg * P * 132 + P * 128, in.k_scales.data() + pg * P, P * 4);
+    }
+  }
+  DeviceBuffer kb = to_device(page_scales ? pages : in.k_blocks);
   ops::PagedCacheView kc;
-  kc.blocks = TensorView(kb.get(), DType::fp8_e4m3, {in.num_blocks, 1, in.num_layers, in.page_size, 1, 128});
-  kc.scales = TensorView(ks.get(), DType::f32, {in.num_blocks, 1, in.num_layers, in.page_size, 1, in.scale_row_stride});
+  if (page_scales) {
+    kc.blocks = TensorView(kb.get(), DType::u8, {in.num_blocks, 1, in.num_layers, in.page_size, 132});
+  } else {
+    kc.blocks = TensorView(kb.get(), DType::fp8_e4m3, {in.num_blocks, 1, in.num_layers, in.page_size, 1, 128});
+    kc.scales = TensorView(ks.get(), DType::f32, {in.num_blocks, 1, in.num_layers, in.page_size, 1, in.scale_row_stride});
+  }
   kc.lookup_table = TensorView(lut.get(), DType::u32, {B, in.pages_per_seq});
   kc.cache_lengths = TensorView(cl.get(), DType::u32, {B});
   DeviceBuffer ws(std::max<size_t>(ops::mla_indexer_workspace_bytes(p, T, in.max_keys), 16));

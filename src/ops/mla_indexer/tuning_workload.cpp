@@ -50,7 +50,9 @@ class IndexerWorkload : public Workload {
     lengths_d_ = data::upload(cached);
 
     const size_t rows = static_cast<size_t>(num_blocks_) * kLayers * p.page_size;
-    k_ = DeviceBuffer(rows * D);
+    // 132 bytes per key: room for the fp8_page_scales pages too (whose scale bytes are then random
+    // finite e4m3 bytes read as f32); the split layout uses the first rows x 128.
+    k_ = DeviceBuffer(rows * (D + 4));
     data::fill_random(k_, DType::fp8_e4m3, rng_);
     std::vector<float> ks(rows);
     for (auto& x : ks) x = 0.25f * static_cast<float>(1u << rng_.below(3));
@@ -65,8 +67,13 @@ class IndexerWorkload : public Workload {
     ops::PagedCacheView kc;
     const int64_t bdims[6] = {num_blocks_, 1, kLayers, p.page_size, 1, p.depth};
     const int64_t sdims[6] = {num_blocks_, 1, kLayers, p.page_size, 1, 1};
-    kc.blocks = TensorView(k_.get(), DType::fp8_e4m3, bdims, 6);
-    kc.scales = TensorView(ks_d_.get(), DType::f32, sdims, 6);
+    if (p.k_layout == CacheLayout::fp8_page_scales) {
+      const int64_t pdims[5] = {num_blocks_, 1, kLayers, p.page_size, p.depth + 4};
+      kc.blocks = TensorView(k_.get(), DType::u8, pdims, 5);
+    } else {
+      kc.blocks = TensorView(k_.get(), DType::fp8_e4m3, bdims, 6);
+      kc.scales = TensorView(ks_d_.get(), DType::f32, sdims, 6);
+    }
     kc.lookup_table = TensorView(lut_d_.get(), DType::u32, {batch_, pages_per_seq_});
     kc.cache_lengths = TensorView(lengths_d_.get(), DType::u32, {batch_});
     ops::mla_indexer(p, TensorView(q_.get(), DType::fp8_e4m3, {tokens_, p.num_heads, p.depth}),
