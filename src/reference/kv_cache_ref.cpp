@@ -30,16 +30,20 @@ size_t HostPagedCache::row_bytes() const {
   return static_cast<size_t>(params.num_heads) * params.head_size * dtype_size(params.dtype);
 }
 
-std::vector<uint8_t> HostPagedCache::page_scales_bytes() const {
-  const PagedKVCacheParams& c = params;
-  const size_t P = static_cast<size_t>(c.page_size), pages = static_cast<size_t>(num_blocks) * c.num_layers;
-  std::vector<uint8_t> out(pages * P * PagedKVCacheParams::kPageScalesTokenBytes);
+std::vector<uint8_t> page_scales_from_split(const uint8_t* rows, const float* scales, size_t pages, int page_size) {
+  const size_t P = static_cast<size_t>(page_size), tok = PagedKVCacheParams::kPageScalesTokenBytes;
+  std::vector<uint8_t> out(pages * P * tok);
   for (size_t pg = 0; pg < pages; ++pg) {
-    uint8_t* dst = out.data() + pg * P * PagedKVCacheParams::kPageScalesTokenBytes;
-    std::memcpy(dst, blocks.data() + pg * P * 128, P * 128);
-    std::memcpy(dst + P * 128, scales.data() + pg * P, P * sizeof(float));
+    uint8_t* dst = out.data() + pg * P * tok;
+    std::memcpy(dst, rows + pg * P * 128, P * 128);
+    std::memcpy(dst + P * 128, scales + pg * P, P * sizeof(float));
   }
   return out;
+}
+
+std::vector<uint8_t> HostPagedCache::page_scales_bytes() const {
+  return page_scales_from_split(blocks.data(), scales.data(), static_cast<size_t>(num_blocks) * params.num_layers,
+                                params.page_size);
 }
 
 int HostPagedCache::scales_per_row() const {

@@ -45,6 +45,11 @@ struct HostPagedCache {
   std::vector<uint8_t> page_scales_bytes() const;
 };
 
+// Layout fp8_page_scales from the split layout's bytes (SPEC §1): `pages` pages of page_size rows
+// of 128 e4m3 (`rows`, page after page) and their f32 scales (`scales`, one per row), each page
+// laid out as its rows' bytes, then their scales.
+std::vector<uint8_t> page_scales_from_split(const uint8_t* rows, const float* scales, size_t pages, int page_size);
+
 // s = max(amax, 1e-4f) / 448.0f in f32; ue8m0: rounded up to a power of two.
 float fp8_group_scale(float amax, ScaleFmt fmt);
 // Tile scale of layout fp8_ds_mla (FlashMLA's quantizer): 2^ceil(log2(max(RN(amax / 448), 1e-4f))),

@@ -207,15 +207,10 @@ CheckResult check_op(const MlaIndexerParams& p, uint64_t seed) {
   // k_layout fp8_page_scales: the keys as the engines' pages (each page's 128-byte keys, then
   // their f32 scales).
   const bool page_scales = p.k_layout == CacheLayout::fp8_page_scales;
-  std::vector<uint8_t> pages;
-  if (page_scales) {
-    const size_t P = static_cast<size_t>(in.page_size), n = static_cast<size_t>(in.num_blocks) * in.num_layers;
-    pages.resize(n * P * 132);
-    for (size_t pg = 0; pg < n; ++pg) {
-      std::memcpy(pages.data() + pg * P * 132, in.k_blocks.data() + pg * P * 128, P * 128);
-      std::memcpy(pages.data() + pg * P * 132 + P * 128, in.k_scales.data() + pg * P, P * 4);
-    }
-  }
+  const std::vector<uint8_t> pages =
+      page_scales ? page_scales_from_split(in.k_blocks.data(), in.k_scales.data(),
+                                           static_cast<size_t>(in.num_blocks) * in.num_layers, in.page_size)
+                  : std::vector<uint8_t>();
   DeviceBuffer kb = to_device(page_scales ? pages : in.k_blocks);
   ops::PagedCacheView kc;
   if (page_scales) {

@@ -33,6 +33,7 @@
 #include "mlajit/runtime.hpp"
 #include "ops/mla_indexer/plan.hpp"
 #include "ops/mla_indexer/stages.hpp"
+#include "reference/kv_cache_ref.hpp"
 #include "reference/mla_indexer_ref.hpp"
 
 using namespace mlajit;
@@ -83,13 +84,8 @@ DeviceBuffer upload_at(const std::vector<T>& v, size_t offset) {
 // The K cache in layout fp8_page_scales (the engines' pages), built by hand from the published
 // layout: page (block, layer) = its page_size keys' 128 e4m3, then their page_size f32 scales.
 std::vector<uint8_t> page_scales_bytes(const ref::IndexerInputs& in) {
-  const size_t P = static_cast<size_t>(in.page_size), pages = static_cast<size_t>(in.num_blocks) * in.num_layers;
-  std::vector<uint8_t> out(pages * P * 132);
-  for (size_t pg = 0; pg < pages; ++pg) {
-    std::memcpy(out.data() + pg * P * 132, in.k_blocks.data() + pg * P * 128, P * 128);
-    std::memcpy(out.data() + pg * P * 132 + P * 128, in.k_scales.data() + pg * P, P * 4);
-  }
-  return out;
+  return ref::page_scales_from_split(in.k_blocks.data(), in.k_scales.data(),
+                                     static_cast<size_t>(in.num_blocks) * in.num_layers, in.page_size);
 }
 
 // `launch` 0 runs ops::mla_indexer; else ops::detail::mla_indexer_run with the scores and top-k

@@ -23,6 +23,7 @@
 #include "mlajit/runtime.hpp"
 #include "ops/mla_indexer/plan.hpp"
 #include "ops/mla_indexer/stages.hpp"
+#include "reference/kv_cache_ref.hpp"
 
 namespace mlajit::bench {
 
@@ -161,12 +162,8 @@ nlohmann::json bench_mla_indexer_decode(const MlaIndexerBenchArgs& a) {
   const bool page_scales = a.k_layout == CacheLayout::fp8_page_scales;
   driver::DeviceBuffer dpages(16);
   if (page_scales || (anchor && page == 64)) {
-    const size_t page_bytes = static_cast<size_t>(page) * 132;
-    std::vector<uint8_t> pages(static_cast<size_t>(num_blocks) * page_bytes);
-    for (int64_t blk = 0; blk < num_blocks; ++blk) {
-      std::copy_n(kb.begin() + blk * page * 128, page * 128, pages.begin() + blk * static_cast<int64_t>(page_bytes));
-      std::memcpy(pages.data() + blk * page_bytes + page * 128, ks.data() + blk * page, static_cast<size_t>(page) * 4);
-    }
+    const std::vector<uint8_t> pages =
+        ref::page_scales_from_split(kb.data(), ks.data(), static_cast<size_t>(num_blocks), static_cast<int>(page));
     dpages = up(pages.data(), pages.size());
   }
   ops::PagedCacheView kc;
