@@ -1,7 +1,8 @@
 #pragma once
 // Exact, deterministic block-wide top-k of one row of f32 scores that reads the row about once
-// (one CTA per row). Same order and result as common/topk_radix.cuh (descending score, equal
-// scores by ascending position, NaN below every number, -0 == +0), which it falls back to.
+// (one CTA per row, or a thread-block cluster per row for a decode step's few long rows:
+// run_cluster). Same order and result as common/topk_radix.cuh (descending score, equal scores by
+// ascending position, NaN below every number, -0 == +0), which it falls back to.
 //
 // Why: the radix select reads the row at least twice (histogram, then selection) and its first
 // 12-bit histogram of float keys piles most elements onto a handful of bins (a float's top 12
@@ -18,9 +19,10 @@
 //      64-bit entries in shared memory, 12-bit digits placed just below the bits the remaining
 //      entries share (entries are unique: positions differ, so ties are
 //      broken by position exactly as the order demands). Entries >= it are the answer: exactly k.
-//      Otherwise (the sample misled: fewer than k or more than CAP keys >= t_lo) the row is
-//      handed to the radix select, which is exact on any input. Exactness therefore never
-//      depends on the sample; only the speed does.
+//      Otherwise (the sample misled: fewer than k or more than CAP keys >= t_lo) the threshold is
+//      retried at the sample rank that scales the (exact) count to the target, up to
+//      kThresholdTries passes; then the row is handed to the radix select, which is exact on any
+//      input. Exactness therefore never depends on the sample; only the speed does.
 //   4. The k selected entries are put in descending order (the order above): one 12-bit MSD
 //      bucket pass (a monotone map of the entry onto 4096 buckets fitted to the entries' range,
 //      shared-memory atomics), then each entry's rank inside its bucket by counting the bucket's
