@@ -867,6 +867,25 @@ TEST_SUITE("kv_cache layout fp8_ds_mla") {
     MlaIndexerParams ip;
     ip.k_layout = CacheLayout::fp8_page_scales;
     CHECK(invalid_message([&] { ip.validate(); }).empty());
+    {
+      // Its views: the pages' shapes (the layers from the view), no scales tensor; refusals name the field.
+      TensorView q(ptr, DType::fp8_e4m3, {4, 64, 128}), qs(ptr, DType::f32, {4, 64}), offs(ptr, DType::u32, {3}),
+          out(ptr, DType::i32, {4, 2048}), ws(ptr, DType::f32, {1 << 16});
+      ops::PagedCacheView kc;
+      kc.blocks = TensorView(ptr, DType::u8, {5, 1, 2, 64, 132});
+      kc.lookup_table = TensorView(ptr, DType::u32, {2, 3});
+      kc.cache_lengths = TensorView(ptr, DType::u32, {2});
+      auto run = [&](const ops::PagedCacheView& v, int layer = 1) {
+        return invalid_message([&] { ops::mla_indexer(ip, q, qs, offs, v, layer, 100, out, ws); });
+      };
+      { auto v = kc; v.scales = TensorView(ptr, DType::f32, {5, 1, 2, 64, 1, 1}); const auto m = run(v); has(m, "k_cache.scales"); has(m, "k_layout fp8_page_scales"); }
+      { auto v = kc; v.blocks = TensorView(ptr, DType::fp8_e4m3, {5, 1, 2, 64, 1, 128}); has(run(v), "k_cache.blocks rank"); }
+      { auto v = kc; v.blocks = TensorView(ptr, DType::u8, {5, 1, 2, 64, 128}); has(run(v), "k_cache.blocks dim 4"); }
+      { auto v = kc; v.blocks = TensorView(ptr, DType::u8, {5, 1, 2, 32, 132}); has(run(v), "k_cache.blocks dim 3"); }
+      { auto v = kc; v.blocks = TensorView(ptr, DType::f32, {5, 1, 2, 64, 132}); has(run(v), "k_cache.blocks dtype"); }
+      has(run(kc, 2), "layer_idx");  // 2 layers from the view: layer 2 is out of range
+      { auto v = kc; v.blocks = TensorView(ptr, DType::u8, {5, 64, 132}); has(run(v, 1), "layer_idx"); }  // one layer
+    }
     CHECK(KernelSpec{ip}.name() == "mla_indexer_h64_d128_k2048_p64_causal_logical_page_scales");
     CHECK(to_json(KernelSpec{ip})["params"]["k_layout"] == "fp8_page_scales");
     CHECK(to_json(KernelSpec{MlaIndexerParams{}})["params"].count("k_layout") == 0);

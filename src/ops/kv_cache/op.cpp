@@ -11,6 +11,7 @@
 #include "mlajit/error.hpp"
 #include "mlajit/ops.hpp"
 #include "mlajit/runtime.hpp"
+#include "ops/byte_cache_view.hpp"
 #include "ops/tuning.hpp"
 
 namespace mlajit::ops {
@@ -63,85 +64,18 @@ TableDims expect_lookup_table(const TensorView& lut) {
   return {static_cast<int>(lut.shape[0]), static_cast<int>(lut.shape[1])};
 }
 
-// Layout fp8_ds_mla: blocks are u8 records (fp8_e4m3 is taken too: the same bytes, as FlashMLA
-// types them), [num_blocks, 1, num_layers, page_size, 656]; with one layer also [num_blocks,
-// page_size, 656] (vLLM's shape) or [num_blocks, page_size, 1, 656] (FlashMLA's). No scales.
-int64_t expect_ds_mla_storage(const PagedKVCacheParams& c, const PagedCacheView& cache) {
-  const TensorView& blocks = cache.blocks;
-  const char* what = "cache.blocks";
-  if (blocks.dtype != DType::u8 && blocks.dtype != DType::fp8_e4m3)
-    throw_invalid("cache.blocks dtype", dtype_name(blocks.dtype),
-                  "u8 (or fp8_e4m3: the same bytes) for layout fp8_ds_mla");
-  const int rec = PagedKVCacheParams::kDsMlaRecordBytes;
-  if (blocks.ndim == 5) {
-    expect_dim(blocks, 1, 1, what);
-    expect_dim(blocks, 2, c.num_layers, what);
-    expect_dim(blocks, 3, c.page_size, what);
-    expect_dim(blocks, 4, rec, what);
-  } else if (c.num_layers == 1 && blocks.ndim == 3) {
-    expect_dim(blocks, 1, c.page_size, what);
-    expect_dim(blocks, 2, rec, what);
-  } else if (c.num_layers == 1 && blocks.ndim == 4) {
-    expect_dim(blocks, 1, c.page_size, what);
-    expect_dim(blocks, 2, 1, what);
-    expect_dim(blocks, 3, rec, what);
-  } else {
-    throw_invalid("cache.blocks rank", blocks.ndim,
-                  c.num_layers == 1 ? "5 ([num_blocks, 1, num_layers, page_size, 656]), 3 ([num_blocks, page_size, "
-                                      "656]) or 4 ([num_blocks, page_size, 1, 656]) for layout fp8_ds_mla"
-                                    : "5 ([num_blocks, 1, num_layers, page_size, 656]) for layout fp8_ds_mla");
-  }
-  expect_contiguous(blocks, what);
-  expect_nonnull(blocks, what);
-  expect_aligned(blocks, 16, what);
-  if (!cache.scales.empty())
-    throw_invalid("cache.scales", cache.scales.describe(),
-                  "no scales (an empty view): layout fp8_ds_mla keeps them in its records");
-  return blocks.shape[0];
-}
-
-// Layout fp8_page_scales: u8 blocks (or fp8_e4m3: the same bytes), [num_blocks, 1, num_layers,
-// page_size, 132]; with one layer also [num_blocks, page_size, 132] (vLLM's shape) or [num_blocks,
-// page_size, 1, 132] (DeepGEMM's). The last two dims are the page's bytes, not one token's: a page
-// holds its tokens' 128 e4m3 each, then their f32 scales. No scales tensor.
-int64_t expect_page_scales_storage(const PagedKVCacheParams& c, const PagedCacheView& cache) {
-  const TensorView& blocks = cache.blocks;
-  const char* what = "cache.blocks";
-  if (blocks.dtype != DType::u8 && blocks.dtype != DType::fp8_e4m3)
-    throw_invalid("cache.blocks dtype", dtype_name(blocks.dtype),
-                  "u8 (or fp8_e4m3: the same bytes) for layout fp8_page_scales");
-  const int tok = PagedKVCacheParams::kPageScalesTokenBytes;
-  if (blocks.ndim == 5) {
-    expect_dim(blocks, 1, 1, what);
-    expect_dim(blocks, 2, c.num_layers, what);
-    expect_dim(blocks, 3, c.page_size, what);
-    expect_dim(blocks, 4, tok, what);
-  } else if (c.num_layers == 1 && blocks.ndim == 3) {
-    expect_dim(blocks, 1, c.page_size, what);
-    expect_dim(blocks, 2, tok, what);
-  } else if (c.num_layers == 1 && blocks.ndim == 4) {
-    expect_dim(blocks, 1, c.page_size, what);
-    expect_dim(blocks, 2, 1, what);
-    expect_dim(blocks, 3, tok, what);
-  } else {
-    throw_invalid("cache.blocks rank", blocks.ndim,
-                  c.num_layers == 1 ? "5 ([num_blocks, 1, num_layers, page_size, 132]), 3 ([num_blocks, page_size, "
-                                      "132]) or 4 ([num_blocks, page_size, 1, 132]) for layout fp8_page_scales"
-                                    : "5 ([num_blocks, 1, num_layers, page_size, 132]) for layout fp8_page_scales");
-  }
-  expect_contiguous(blocks, what);
-  expect_nonnull(blocks, what);
-  expect_aligned(blocks, 16, what);
-  if (!cache.scales.empty())
-    throw_invalid("cache.scales", cache.scales.describe(),
-                  "no scales (an empty view): layout fp8_page_scales keeps them in its pages");
-  return blocks.shape[0];
-}
-
 // blocks (and for fp8 scales) against the cache params; returns num_blocks.
 int64_t expect_cache_storage(const PagedKVCacheParams& c, const PagedCacheView& cache, size_t block_align) {
-  if (c.ds_mla()) return expect_ds_mla_storage(c, cache);
-  if (c.page_scales()) return expect_page_scales_storage(c, cache);
+  // fp8_ds_mla: u8 records of 656 bytes; fp8_page_scales: u8 pages, 132 bytes per token
+  // (ops/byte_cache_view.hpp: the shapes, including vLLM's, FlashMLA's and DeepGEMM's of one layer).
+  if (c.ds_mla())
+    return expect_byte_cache(cache, "cache.blocks", "cache.scales", c.num_layers, c.page_size,
+                             PagedKVCacheParams::kDsMlaRecordBytes, "layout fp8_ds_mla", "records")
+        .num_blocks;
+  if (c.page_scales())
+    return expect_byte_cache(cache, "cache.blocks", "cache.scales", c.num_layers, c.page_size,
+                             PagedKVCacheParams::kPageScalesTokenBytes, "layout fp8_page_scales", "pages")
+        .num_blocks;
   const TensorView& blocks = cache.blocks;
   expect_dtype(blocks, c.dtype, "cache.blocks");
   expect_ndim(blocks, 6, "cache.blocks");

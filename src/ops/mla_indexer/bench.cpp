@@ -1,8 +1,6 @@
 // Benchmark driver of mla_indexer; see ops/mla_indexer/bench.hpp.
 #include "ops/mla_indexer/bench.hpp"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -21,6 +19,7 @@
 #include "mlajit/error.hpp"
 #include "mlajit/ops.hpp"
 #include "mlajit/runtime.hpp"
+#include "ops/anchor_library.hpp"
 #include "ops/mla_indexer/plan.hpp"
 #include "ops/mla_indexer/stages.hpp"
 #include "reference/kv_cache_ref.hpp"
@@ -42,32 +41,16 @@ using AnchorLogitsFn = int (*)(const void*, const void*, const float*, const flo
 using AnchorStrideFn = long long (*)(int);
 using AnchorInfoFn = const char* (*)();
 
-// The dlopen'ed anchor library (bench.hpp: C ABI); closed on destruction.
+// The prefill anchor (bench.hpp: C ABI).
 struct Anchor {
-  void* lib = nullptr;
-  AnchorLogitsFn logits = nullptr;
-  AnchorStrideFn stride = nullptr;
-  AnchorInfoFn info = nullptr;
-  explicit Anchor(const std::string& path) {
-    // A path (with a slash) must name a regular file: dlopen would block on a FIFO. A bare name is
-    // looked up in the loader's search path, as dlopen does.
-    if (path.find('/') != std::string::npos) require_regular_file(path, "--anchor");
-    lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-      const char* e = dlerror();
-      throw_invalid("--anchor", path, std::string("a loadable shared library (dlopen: ") + (e ? e : "?") + ")");
-    }
-    logits = reinterpret_cast<AnchorLogitsFn>(dlsym(lib, "anchor_mqa_logits"));
-    stride = reinterpret_cast<AnchorStrideFn>(dlsym(lib, "anchor_mqa_logits_stride"));
-    info = reinterpret_cast<AnchorInfoFn>(dlsym(lib, "anchor_mqa_logits_info"));  // optional
-    if (!logits || !stride) {
-      dlclose(lib);
+  AnchorLibrary lib;
+  AnchorLogitsFn logits = lib.symbol<AnchorLogitsFn>("anchor_mqa_logits");
+  AnchorStrideFn stride = lib.symbol<AnchorStrideFn>("anchor_mqa_logits_stride");
+  AnchorInfoFn info = lib.symbol<AnchorInfoFn>("anchor_mqa_logits_info");  // optional
+  explicit Anchor(const std::string& path) : lib(path) {
+    if (!logits || !stride)
       throw_invalid("--anchor", path, "a library exporting anchor_mqa_logits and anchor_mqa_logits_stride");
-    }
   }
-  ~Anchor() { dlclose(lib); }
-  Anchor(const Anchor&) = delete;
-  Anchor& operator=(const Anchor&) = delete;
 };
 
 using AnchorPagedMetaBytesFn = size_t (*)(int);
@@ -76,30 +59,16 @@ using AnchorPagedLogitsFn = int (*)(const void*, const void*, const float*, cons
 
 // The decode anchor (bench.hpp: decode ABI): DeepGEMM-style paged logits over the engines' pages.
 struct PagedAnchor {
-  void* lib = nullptr;
-  AnchorPagedMetaBytesFn meta_bytes = nullptr;
-  AnchorPagedLogitsFn logits = nullptr;
-  AnchorInfoFn info = nullptr;
-  explicit PagedAnchor(const std::string& path) {
-    if (path.find('/') != std::string::npos) require_regular_file(path, "--anchor");
-    lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-      const char* e = dlerror();
-      throw_invalid("--anchor", path, std::string("a loadable shared library (dlopen: ") + (e ? e : "?") + ")");
-    }
-    meta_bytes = reinterpret_cast<AnchorPagedMetaBytesFn>(dlsym(lib, "anchor_paged_mqa_logits_meta_bytes"));
-    logits = reinterpret_cast<AnchorPagedLogitsFn>(dlsym(lib, "anchor_paged_mqa_logits"));
-    info = reinterpret_cast<AnchorInfoFn>(dlsym(lib, "anchor_paged_mqa_logits_info"));  // optional
-    if (!meta_bytes || !logits) {
-      dlclose(lib);
+  AnchorLibrary lib;
+  AnchorPagedMetaBytesFn meta_bytes = lib.symbol<AnchorPagedMetaBytesFn>("anchor_paged_mqa_logits_meta_bytes");
+  AnchorPagedLogitsFn logits = lib.symbol<AnchorPagedLogitsFn>("anchor_paged_mqa_logits");
+  AnchorInfoFn info = lib.symbol<AnchorInfoFn>("anchor_paged_mqa_logits_info");  // optional
+  explicit PagedAnchor(const std::string& path) : lib(path) {
+    if (!meta_bytes || !logits)
       throw_invalid("--anchor", path,
                     "a library exporting anchor_paged_mqa_logits and anchor_paged_mqa_logits_meta_bytes at decode "
                     "shapes (batch > 0)");
-    }
   }
-  ~PagedAnchor() { dlclose(lib); }
-  PagedAnchor(const PagedAnchor&) = delete;
-  PagedAnchor& operator=(const PagedAnchor&) = delete;
 };
 
 // Decode shapes: `batch` sequences of `context` keys, the last next_n new (bench.hpp).

@@ -21,6 +21,7 @@
 #include "mlajit/error.hpp"
 #include "mlajit/ops.hpp"
 #include "mlajit/runtime.hpp"
+#include "ops/byte_cache_view.hpp"
 #include "ops/tuning.hpp"
 #include "ops/mla_indexer/stages.hpp"
 #include "ops/mla_indexer/tma.hpp"
@@ -99,40 +100,14 @@ void mla_indexer_run(const MlaIndexerParams& p, const TensorView& q, const Tenso
   const bool page_scales = p.k_layout == CacheLayout::fp8_page_scales;
   int64_t num_blocks = 0, num_layers = 0, hdg = 1;
   if (page_scales) {
-    const TensorView& kb = kc.blocks;
-    const char* what = "k_cache.blocks";
-    if (kb.dtype != DType::u8 && kb.dtype != DType::fp8_e4m3)
-      throw_invalid("k_cache.blocks dtype", dtype_name(kb.dtype),
-                    "u8 (or fp8_e4m3: the same bytes) with k_layout fp8_page_scales");
-    const int tok = PagedKVCacheParams::kPageScalesTokenBytes;
-    if (kb.ndim == 5) {
-      expect_dim(kb, 1, 1, what);
-      num_layers = kb.size(2);
-      expect_dim(kb, 3, p.page_size, what);
-      expect_dim(kb, 4, tok, what);
-    } else if (kb.ndim == 3) {  // vLLM's [num_blocks, page_size, 132]: one layer
-      num_layers = 1;
-      expect_dim(kb, 1, p.page_size, what);
-      expect_dim(kb, 2, tok, what);
-    } else if (kb.ndim == 4) {  // DeepGEMM's [num_blocks, page_size, 1, 132]: one layer
-      num_layers = 1;
-      expect_dim(kb, 1, p.page_size, what);
-      expect_dim(kb, 2, 1, what);
-      expect_dim(kb, 3, tok, what);
-    } else {
-      throw_invalid("k_cache.blocks rank", kb.ndim,
-                    "5 ([num_blocks, 1, num_layers, page_size, 132]), 3 ([num_blocks, page_size, 132]) or 4 "
-                    "([num_blocks, page_size, 1, 132]) with k_layout fp8_page_scales");
-    }
-    num_blocks = kb.size(0);
+    // u8 pages (ops/byte_cache_view.hpp), the layers from the view.
+    const ByteCacheDims d = expect_byte_cache(kc, "k_cache.blocks", "k_cache.scales", 0, p.page_size,
+                                              PagedKVCacheParams::kPageScalesTokenBytes, "k_layout fp8_page_scales",
+                                              "pages");
+    num_blocks = d.num_blocks;
+    num_layers = d.num_layers;
     MLAJIT_EXPECT(num_blocks >= 1, "k_cache.blocks shape[0] (num_blocks)", num_blocks, ">= 1");
     MLAJIT_EXPECT(num_layers >= 1, "k_cache.blocks shape[2] (num_layers)", num_layers, ">= 1");
-    expect_contiguous(kb, what);
-    expect_nonnull(kb, what);
-    expect_aligned(kb, 16, what);
-    if (!kc.scales.empty())
-      throw_invalid("k_cache.scales", kc.scales.describe(),
-                    "no scales (an empty view): k_layout fp8_page_scales keeps them in its pages");
   } else {
     expect_dtype(kc.blocks, DType::fp8_e4m3, "k_cache.blocks");
     expect_ndim(kc.blocks, 6, "k_cache.blocks");

@@ -1,7 +1,6 @@
 // Benchmark driver of sparse_prefill; see ops/sparse_prefill/bench.hpp.
 #include "ops/sparse_prefill/bench.hpp"
 
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,6 +15,7 @@
 #include "mlajit/error.hpp"
 #include "mlajit/ops.hpp"
 #include "mlajit/runtime.hpp"
+#include "ops/anchor_library.hpp"
 #include "ops/sparse_prefill/launch.hpp"
 #include "ops/sparse_prefill/plan.hpp"
 #include "reference/kv_cache_ref.hpp"
@@ -42,40 +42,23 @@ using DecodeAnchorFn = int (*)(const void* q, const void* kv, const int* indices
 using DecodeAnchorWsFn = size_t (*)(int b, int s_q, int h_q, int topk, int num_sms);
 
 struct Anchor {
-  void* handle = nullptr;
-  AnchorFn run = nullptr;
-  AnchorInfoFn info = nullptr;
+  AnchorLibrary lib;
+  AnchorFn run = lib.symbol<AnchorFn>("anchor_sparse_prefill_bf16");
+  AnchorInfoFn info = lib.symbol<AnchorInfoFn>("anchor_sparse_prefill_info");
   DecodeAnchorFn decode = nullptr;
   DecodeAnchorWsFn decode_ws = nullptr;
-  explicit Anchor(const std::string& path, bool decode_shapes) {
-    // A path (with a slash) must name a regular file: dlopen would block on a FIFO. A bare name is
-    // looked up in the loader's search path, as dlopen does.
-    if (path.find('/') != std::string::npos) require_regular_file(path, "--anchor");
-    handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-      const char* e = ::dlerror();
-      throw_invalid("--anchor", path, fmt::format("a loadable shared library ({})", e ? e : "dlopen failed"));
-    }
-    run = reinterpret_cast<AnchorFn>(::dlsym(handle, "anchor_sparse_prefill_bf16"));
-    info = reinterpret_cast<AnchorInfoFn>(::dlsym(handle, "anchor_sparse_prefill_info"));
+  Anchor(const std::string& path, bool decode_shapes) : lib(path) {
     if (decode_shapes) {
-      decode = reinterpret_cast<DecodeAnchorFn>(::dlsym(handle, "anchor_sparse_decode_fp8_ds_mla"));
-      decode_ws = reinterpret_cast<DecodeAnchorWsFn>(::dlsym(handle, "anchor_sparse_decode_fp8_ds_mla_workspace"));
+      decode = lib.symbol<DecodeAnchorFn>("anchor_sparse_decode_fp8_ds_mla");
+      decode_ws = lib.symbol<DecodeAnchorWsFn>("anchor_sparse_decode_fp8_ds_mla_workspace");
       if (!decode || !decode_ws) decode = nullptr;
     }
-    if (!run && !decode) {
-      ::dlclose(handle);
+    if (!run && !decode)
       throw_invalid("--anchor", path,
                     decode_shapes ? "a library exporting anchor_sparse_decode_fp8_ds_mla (+ _workspace) or "
                                     "anchor_sparse_prefill_bf16 (see `mlajit bench --help`)"
                                   : "a library exporting anchor_sparse_prefill_bf16 (see `mlajit bench --help`)");
-    }
   }
-  ~Anchor() {
-    if (handle) ::dlclose(handle);
-  }
-  Anchor(const Anchor&) = delete;
-  Anchor& operator=(const Anchor&) = delete;
 };
 
 
