@@ -134,6 +134,18 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
   CHECK(last_stderr().find("only with OP mla_indexer or sparse_prefill") != std::string::npos);
   CHECK(cli("bench mla_indexer --anchor /nonexistent.so").code == 2);
   CHECK(last_stderr().find("--anchor") != std::string::npos);
+  // Decode shapes: the paged-logits ABI, checked before any GPU use; decode-only keys refused at
+  // prefill shapes.
+  CHECK(cli("bench mla_indexer --shape batch=4,context=4096 --anchor libc.so.6").code == 2);
+  CHECK(last_stderr().find("anchor_paged_mqa_logits") != std::string::npos);
+  CHECK(cli("bench mla_indexer --anchor libc.so.6").code == 2);
+  CHECK(last_stderr().find("anchor_mqa_logits") != std::string::npos);
+  CHECK(cli("bench mla_indexer --shape k_layout=fp8_page_scales").code == 2);
+  CHECK(last_stderr().find("k_layout") != std::string::npos);
+  CHECK(cli("bench mla_indexer --shape batch=2,topk_ranks=3").code == 2);
+  CHECK(last_stderr().find("topk_ranks: got 3") != std::string::npos);
+  CHECK(cli("bench mla_indexer --shape batch=2,next_n=17").code == 2);
+  CHECK(last_stderr().find("next_n") != std::string::npos);
 }
 
 TEST_CASE("cli: bad configs are rejected with the JSON path of the bad field, nothing written") {
