@@ -71,6 +71,48 @@ struct PagedAnchor {
   }
 };
 
+// The fields both shapes report: the knobs, the work and the three stage timings.
+void put_run(nlohmann::json& j, const MlaIndexerBenchArgs& a, int64_t pairs, size_t ws_bytes, double scores_ms,
+             double topk_ms, double total_ms) {
+  const double flops = 2.0 * static_cast<double>(pairs) * static_cast<double>(a.num_heads) * 128.0;
+  j["op"] = "mla_indexer";
+  j["num_heads"] = a.num_heads;
+  j["top_k"] = a.top_k;
+  j["page_size"] = a.page_size;
+  j["mask"] = a.mask == Mask::causal ? "causal" : "none";
+  j["reps"] = a.reps;
+  j["num_stages"] = a.num_stages;
+  j["block_kv"] = a.block_kv;
+  j["persistent"] = a.persistent;
+  j["arch"] = Runtime::global().arch();
+  j["visible_pairs"] = pairs;
+  j["workspace_bytes"] = ws_bytes;
+  j["scores_ms"] = scores_ms;
+  j["topk_ms"] = topk_ms;
+  j["total_ms"] = total_ms;
+  j["score_tflops"] = flops / (scores_ms * 1e-3) / 1e12;
+  j["total_tflops"] = flops / (total_ms * 1e-3) / 1e12;
+}
+
+// Agreement with the anchor on the last query row, after a scores-only run (the workspace then
+// holds that row's chunk): the largest difference over its `visible` scores relative to the row's
+// largest |score|. Both compute the same function; fp8 MMA accumulation differs slightly.
+double last_row_rel_diff(const driver::DeviceBuffer& ws, size_t ws_bytes, int64_t max_keys, int64_t rows,
+                         int64_t visible, const driver::DeviceBuffer& logits, long long logits_stride) {
+  const int64_t stride = (max_keys + 3) / 4 * 4;
+  const int64_t chunk_rows = std::max<int64_t>(1, static_cast<int64_t>(ws_bytes) / (stride * 4));
+  const int64_t t = rows - 1, local = t - (t / chunk_rows) * chunk_rows;
+  std::vector<float> mine(static_cast<size_t>(visible)), theirs(static_cast<size_t>(visible));
+  ws.download(mine.data(), mine.size() * 4, static_cast<size_t>(local * stride * 4));
+  logits.download(theirs.data(), theirs.size() * 4, static_cast<size_t>(t * logits_stride * 4));
+  double maxabs = 0, maxdiff = 0;
+  for (int64_t x = 0; x < visible; ++x) {
+    maxabs = std::max(maxabs, std::fabs(static_cast<double>(mine[x])));
+    maxdiff = std::max(maxdiff, std::fabs(static_cast<double>(mine[x]) - theirs[x]));
+  }
+  return maxabs > 0 ? maxdiff / maxabs : maxdiff;
+}
+
 // Decode shapes: `batch` sequences of `context` keys, the last next_n new (bench.hpp).
 nlohmann::json bench_mla_indexer_decode(const MlaIndexerBenchArgs& a) {
   MLAJIT_EXPECT(a.next_n >= 1 && a.next_n <= 16, "next_n", a.next_n, "in [1, 16]");
@@ -205,28 +247,11 @@ nlohmann::json bench_mla_indexer_decode(const MlaIndexerBenchArgs& a) {
   int64_t pairs = 0;
   for (int64_t i = 0; i < N; ++i) pairs += a.mask == Mask::causal ? a.context - N + i + 1 : a.context;
   pairs *= B;
-  const double flops = 2.0 * static_cast<double>(pairs) * static_cast<double>(H) * 128.0;
   const double k_bytes = static_cast<double>(B) * static_cast<double>(a.context) * 132.0;
   nlohmann::json j;
-  j["op"] = "mla_indexer";
+  put_run(j, a, pairs, ws_bytes, scores_ms, topk_ms, total_ms);
   j["decode"] = {{"batch", B}, {"next_n", N}, {"context", a.context}};
-  j["num_heads"] = H;
-  j["top_k"] = a.top_k;
-  j["page_size"] = page;
-  j["mask"] = a.mask == Mask::causal ? "causal" : "none";
   j["k_layout"] = page_scales ? "fp8_page_scales" : "split";
-  j["reps"] = a.reps;
-  j["num_stages"] = a.num_stages;
-  j["block_kv"] = a.block_kv;
-  j["persistent"] = a.persistent;
-  j["arch"] = Runtime::global().arch();
-  j["visible_pairs"] = pairs;
-  j["workspace_bytes"] = ws_bytes;
-  j["scores_ms"] = scores_ms;
-  j["topk_ms"] = topk_ms;
-  j["total_ms"] = total_ms;
-  j["score_tflops"] = flops / (scores_ms * 1e-3) / 1e12;
-  j["total_tflops"] = flops / (total_ms * 1e-3) / 1e12;
   j["topk_ranks"] = topk_ranks;  // CTAs per row of the top-k stage (a cluster when > 1)
   j["topk_one_cta_ms"] = timings[3].median_ms;  // the same stage with one CTA per row
   j["k_bytes"] = k_bytes;
@@ -236,24 +261,14 @@ nlohmann::json bench_mla_indexer_decode(const MlaIndexerBenchArgs& a) {
     run_stages(kScores);
     run_anchor();
     driver::synchronize();
-    const int64_t stride = (a.context + 3) / 4 * 4;
-    const int64_t chunk_rows = std::max<int64_t>(1, static_cast<int64_t>(ws_bytes) / (stride * 4));
-    const int64_t t = T - 1, local = t - (t / chunk_rows) * chunk_rows;
-    const int64_t vis = a.mask == Mask::causal ? a.context : a.context;  // the last token sees the whole context
-    std::vector<float> mine(static_cast<size_t>(vis)), theirs(static_cast<size_t>(vis));
-    ws.download(mine.data(), mine.size() * 4, static_cast<size_t>(local * stride * 4));
-    dlogits.download(theirs.data(), theirs.size() * 4, static_cast<size_t>(t * logits_stride * 4));
-    double maxabs = 0, maxdiff = 0;
-    for (int64_t x = 0; x < vis; ++x) {
-      maxabs = std::max(maxabs, std::fabs(static_cast<double>(mine[x])));
-      maxdiff = std::max(maxdiff, std::fabs(static_cast<double>(mine[x]) - theirs[x]));
-    }
+    // The last row is the last sequence's last token: it sees the whole context.
+    const double rel = last_row_rel_diff(ws, ws_bytes, a.context, T, a.context, dlogits, logits_stride);
     const double anchor_ms = timings[4].median_ms;
     anchor_json["logits_ms"] = anchor_ms;
     anchor_json["k_tbps"] = k_bytes / (anchor_ms * 1e-3) / 1e12;
     anchor_json["total_over_anchor"] = total_ms / anchor_ms;
     anchor_json["scores_over_anchor"] = scores_ms / anchor_ms;
-    anchor_json["max_rel_diff"] = maxabs > 0 ? maxdiff / maxabs : maxdiff;
+    anchor_json["max_rel_diff"] = rel;
   }
   if (anchor) j["anchor"] = anchor_json;
   return j;
@@ -379,49 +394,23 @@ nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
   for (int64_t i = 0; i < T; ++i) pairs += a.mask == Mask::causal ? L + i + 1 : keys;
   const double flops = 2.0 * static_cast<double>(pairs) * static_cast<double>(H) * 128.0;
   nlohmann::json j;
-  j["op"] = "mla_indexer";
-  j["num_heads"] = H;
+  put_run(j, a, pairs, ws_bytes, scores_ms, topk_ms, total_ms);
   j["new_tokens"] = T;
   j["cached_tokens"] = L;
   j["s_kv"] = keys;
-  j["top_k"] = a.top_k;
-  j["page_size"] = a.page_size;
-  j["mask"] = a.mask == Mask::causal ? "causal" : "none";
-  j["reps"] = a.reps;
-  j["num_stages"] = a.num_stages;
-  j["block_kv"] = a.block_kv;
-  j["persistent"] = a.persistent;
-  j["arch"] = Runtime::global().arch();
-  j["visible_pairs"] = pairs;
-  j["workspace_bytes"] = ws_bytes;
-  j["scores_ms"] = scores_ms;
-  j["topk_ms"] = topk_ms;
-  j["total_ms"] = total_ms;
-  j["score_tflops"] = flops / (scores_ms * 1e-3) / 1e12;
-  j["total_tflops"] = flops / (total_ms * 1e-3) / 1e12;
   if (anchor_ok) {
     // Agreement on the last row (its chunk is the one the workspace still holds after the last
     // scores run): both compute the same function; fp8 MMA accumulation differs slightly.
     run_stages(kScores);
     run_anchor();
     driver::synchronize();
-    const int64_t stride = (keys + 3) / 4 * 4;
-    const int64_t chunk_rows = std::max<int64_t>(1, static_cast<int64_t>(ws_bytes) / (stride * 4));
-    const int64_t t = T - 1, local = t - (t / chunk_rows) * chunk_rows;
-    const int64_t vis = a.mask == Mask::causal ? L + t + 1 : keys;
-    std::vector<float> mine(static_cast<size_t>(vis)), theirs(static_cast<size_t>(vis));
-    ws.download(mine.data(), mine.size() * 4, static_cast<size_t>(local * stride * 4));
-    dlogits.download(theirs.data(), theirs.size() * 4, static_cast<size_t>(t * logits_stride * 4));
-    double maxabs = 0, maxdiff = 0;
-    for (int64_t x = 0; x < vis; ++x) {
-      maxabs = std::max(maxabs, std::fabs(static_cast<double>(mine[x])));
-      maxdiff = std::max(maxdiff, std::fabs(static_cast<double>(mine[x]) - theirs[x]));
-    }
+    // The last row sees every key (causal: L + T - 1 + 1 = keys).
+    const double rel = last_row_rel_diff(ws, ws_bytes, keys, T, keys, dlogits, logits_stride);
     const double anchor_ms = timings[3].median_ms;
     anchor_json["scores_ms"] = anchor_ms;
     anchor_json["score_tflops"] = flops / (anchor_ms * 1e-3) / 1e12;
     anchor_json["mlajit_over_anchor"] = scores_ms / anchor_ms;
-    anchor_json["max_rel_diff"] = maxabs > 0 ? maxdiff / maxabs : maxdiff;
+    anchor_json["max_rel_diff"] = rel;
   }
   if (anchor) j["anchor"] = anchor_json;
   return j;
