@@ -71,6 +71,28 @@ struct PagedAnchor {
   }
 };
 
+// The op's params from the bench's arguments (both shapes), validated with the tiling knobs before
+// the GPU is touched.
+MlaIndexerParams params_of(const MlaIndexerBenchArgs& a) {
+  MlaIndexerParams p;
+  p.num_heads = a.num_heads;
+  p.top_k = a.top_k;
+  p.page_size = a.page_size;
+  p.mask = a.mask;
+  p.num_stages = a.num_stages;
+  p.block_kv = a.block_kv;
+  p.k_layout = a.k_layout;
+  indexer::layout(p);
+  return p;
+}
+
+// `n` bytes of host data in a device buffer of at least 16 bytes.
+driver::DeviceBuffer upload_bytes(const void* data, size_t n) {
+  driver::DeviceBuffer b(std::max<size_t>(n, 16));
+  b.upload(data, n);
+  return b;
+}
+
 // The fields both shapes report: the knobs, the work and the three stage timings.
 void put_run(nlohmann::json& j, const MlaIndexerBenchArgs& a, int64_t pairs, size_t ws_bytes, double scores_ms,
              double topk_ms, double total_ms) {
@@ -121,15 +143,7 @@ nlohmann::json bench_mla_indexer_decode(const MlaIndexerBenchArgs& a) {
   MLAJIT_EXPECT(a.reps >= 1, "reps", a.reps, ">= 1");
   MLAJIT_EXPECT(a.topk_ranks == 0 || a.topk_ranks == 1 || a.topk_ranks == 2 || a.topk_ranks == 4 || a.topk_ranks == 8,
                 "topk_ranks", a.topk_ranks, "0 (the plan's) or 1, 2, 4, 8");
-  MlaIndexerParams p;
-  p.num_heads = a.num_heads;
-  p.top_k = a.top_k;
-  p.page_size = a.page_size;
-  p.mask = a.mask;
-  p.num_stages = a.num_stages;
-  p.block_kv = a.block_kv;
-  p.k_layout = a.k_layout;
-  indexer::layout(p);
+  const MlaIndexerParams p = params_of(a);
   std::unique_ptr<PagedAnchor> anchor;
   if (!a.anchor.empty()) anchor = std::make_unique<PagedAnchor>(a.anchor);
   driver::ensure_context();
@@ -158,11 +172,7 @@ nlohmann::json bench_mla_indexer_decode(const MlaIndexerBenchArgs& a) {
   std::vector<uint32_t> off(static_cast<size_t>(B + 1)), cl(static_cast<size_t>(B), static_cast<uint32_t>(a.context - N));
   for (int64_t b = 0; b <= B; ++b) off[b] = static_cast<uint32_t>(b * N);
 
-  auto up = [](const void* ptr, size_t n) {
-    driver::DeviceBuffer buf(std::max<size_t>(n, 16));
-    buf.upload(ptr, n);
-    return buf;
-  };
+  const auto up = upload_bytes;
   driver::DeviceBuffer dq = up(q.data(), q.size()), dqs = up(qs.data(), qs.size() * 4), dkb = up(kb.data(), kb.size()),
                        dks = up(ks.data(), ks.size() * 4), dlut = up(lut.data(), lut.size() * 4),
                        doff = up(off.data(), off.size() * 4), dcl = up(cl.data(), cl.size() * 4);
@@ -285,14 +295,7 @@ nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
   MLAJIT_EXPECT(a.new_tokens >= 1, "new_tokens", a.new_tokens, ">= 1");
   MLAJIT_EXPECT(a.cached_tokens >= 0, "cached_tokens", a.cached_tokens, ">= 0");
   MLAJIT_EXPECT(a.reps >= 1, "reps", a.reps, ">= 1");
-  MlaIndexerParams p;
-  p.num_heads = a.num_heads;
-  p.top_k = a.top_k;
-  p.page_size = a.page_size;
-  p.mask = a.mask;
-  p.num_stages = a.num_stages;
-  p.block_kv = a.block_kv;
-  indexer::layout(p);  // params and the tiling knobs (block_kv, stages), before the GPU is touched
+  const MlaIndexerParams p = params_of(a);
   // A bad --anchor path is reported before the GPU is touched (and without one).
   std::unique_ptr<Anchor> anchor;
   if (!a.anchor.empty()) anchor = std::make_unique<Anchor>(a.anchor);
@@ -316,11 +319,7 @@ nlohmann::json bench_mla_indexer(const MlaIndexerBenchArgs& a) {
   std::shuffle(lut.begin(), lut.end(), rng);
   const std::vector<uint32_t> off = {0, static_cast<uint32_t>(T)}, cl = {static_cast<uint32_t>(L)};
 
-  auto up = [](const void* p, size_t n) {
-    driver::DeviceBuffer b(std::max<size_t>(n, 16));
-    b.upload(p, n);
-    return b;
-  };
+  const auto up = upload_bytes;
   driver::DeviceBuffer dq = up(q.data(), q.size()), dqs = up(qs.data(), qs.size() * 4), dkb = up(kb.data(), kb.size()),
                        dks = up(ks.data(), ks.size() * 4), dlut = up(lut.data(), lut.size() * 4),
                        doff = up(off.data(), 8), dcl = up(cl.data(), 4);
