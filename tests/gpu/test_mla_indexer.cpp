@@ -533,26 +533,30 @@ TEST_SUITE("gpu mla_indexer") {
   }
 
   TEST_CASE("decode steps: few long rows, each row's top-k by a cluster of CTAs (same output as one CTA per row)") {
-    // next_n 2 over ragged contexts (1 to 40000 keys): rows of at most twice the candidate
-    // capacity take rank 0 alone inside their cluster, the long ones split their pass; heavy ties
-    // (a tie bin larger than the candidate buffer: rank 0's radix fallback after a clustered
-    // pass) and NaN scores. The plan must give these rows clusters on sm_90 and newer, so that the
-    // clustered path is what runs; its output must equal the one-CTA-per-row launch's byte for byte.
+    // next_n 2-4 (MTP: each new token sees the cache and the step's earlier tokens, causal) over
+    // ragged contexts (1 to 40000 keys): rows of at most twice the candidate capacity take rank 0
+    // alone inside their cluster, the long ones split their pass; heavy ties (a tie bin larger than
+    // the candidate buffer: rank 0's radix fallback after a clustered pass) and NaN scores. The
+    // plan must give these rows clusters on sm_90 and newer, so that the clustered path is what
+    // runs; its output must equal the one-CTA-per-row launch's byte for byte.
     struct Shape {
       bool ties;
       int nan_every;
+      int next_n;
     };
-    for (const Shape sh : {Shape{false, 0}, Shape{false, 41}, Shape{true, 0}}) {
+    for (const Shape sh : {Shape{false, 0, 2}, Shape{false, 41, 2}, Shape{true, 0, 2}, Shape{false, 0, 4},
+                           Shape{false, 29, 3}}) {
       ref::IndexerCase c;
       c.num_heads = 64;
-      c.new_tokens = {2, 2, 2, 2, 2};
-      c.cache_lens = {23998, 8998, 2998, 39998, 0};
+      const int n = sh.next_n;
+      c.new_tokens = {n, n, n, n, n};
+      c.cache_lens = {24000 - n, 9000 - n, 3000 - n, 40000 - n, 0};
       c.new_tokens.back() = 1;  // a sequence of one key
       c.ties = sh.ties;
       c.nan_every = sh.nan_every;
       c.num_layers = 1;
       c.layer = 0;
-      c.seed = 53 + (sh.ties ? 1 : 0) + sh.nan_every;
+      c.seed = 53 + (sh.ties ? 1 : 0) + sh.nan_every + 100 * sh.next_n;
       const ref::IndexerInputs in = ref::make_indexer_inputs(c);
       MlaIndexerParams p;
       p.num_heads = c.num_heads;
@@ -565,11 +569,12 @@ TEST_SUITE("gpu mla_indexer") {
                                             std::max(1, Runtime::global().sm_count()), clusters);
       INFO("arch " << arch << ": " << ranks << " CTAs per top-k row");
       if (clusters) REQUIRE(ranks > 1);
-      const char* name = sh.ties ? "decode ties" : sh.nan_every ? "decode NaN keys" : "decode";
+      const std::string name = std::string(sh.ties ? "decode ties" : sh.nan_every ? "decode NaN keys" : "decode") +
+                               ", next_n " + std::to_string(n);
       p.emit = IndexEmit::logical;
-      const GpuRun clustered = run_and_check_one(name, in, p, sh.ties, 0, false, {});
+      const GpuRun clustered = run_and_check_one(name.c_str(), in, p, sh.ties, 0, false, {});
       check_identical(clustered, run_gpu(in, p, 0, ops::detail::kIndexerTopkOneCta),
-                      std::string(name) + ": clustered top-k vs one CTA per row");
+                      name + ": clustered top-k vs one CTA per row");
     }
   }
 
