@@ -64,7 +64,8 @@ ops and their shape keys (defaults in brackets; tokens / keys / top_k mean what 
       --anchor LIB.so: also time LIB's anchor_sparse_prefill_bf16 on the same inputs, interleaved
       (C ABI in src/ops/sparse_prefill/bench.hpp); prints both TFLOP/s, the ratio and the output diff
       (an fp8 cache reaches the anchor dequantised to bf16, with either qk_math); the anchor runs
-      twice per rep: without per-token lengths and given them (mlajit always reads topk_lengths)
+      twice per rep: without per-token lengths and given them (mlajit always reads topk_lengths).
+      Every run prints the rows the launch reads at least once, their bytes and bytes / time
 )";
 
 void print_summary(const std::string& op, const nlohmann::json& r) {
@@ -111,10 +112,12 @@ void print_summary(const std::string& op, const nlohmann::json& r) {
                                 (p["qk_math"] == "fp8" ? " qk_math fp8" : "") +
                                 (p.value("kv_staging", "none") == "bf16" ? " staged bf16" : "");
     std::printf("sparse_prefill %s path %s: tokens %lld H %d top_k %d keys %lld: %.3f ms median (min %.3f), "
-                "%.1f TFLOP/s\n",
+                "%.1f TFLOP/s, %lld distinct rows x %lld B = %.1f MB read at %.2f TB/s\n",
                 variant.c_str(), r["path"].get<std::string>().c_str(), r["tokens"].get<long long>(),
                 r["num_heads"].get<int>(), r["top_k"].get<int>(), r["keys"].get<long long>(),
-                r["ms"]["median"].get<double>(), r["ms"]["min"].get<double>(), r["tflops"].get<double>());
+                r["ms"]["median"].get<double>(), r["ms"]["min"].get<double>(), r["tflops"].get<double>(),
+                r["distinct_rows"].get<long long>(), r["row_bytes"].get<long long>(), r["read_bytes"].get<double>() / 1e6,
+                r["read_tbps"].get<double>());
     if (r.contains("stage"))
       std::printf("  of which staging (%s rows): %.3f ms median\n", r["stage"]["rows"].get<std::string>().c_str(),
                   r["stage"]["ms_median"].get<double>());
@@ -127,8 +130,9 @@ void print_summary(const std::string& op, const nlohmann::json& r) {
     }
     if (r.contains("anchor")) {
       const auto& an = r["anchor"];
-      std::printf("  anchor: %.3f ms median, %.1f TFLOP/s; mlajit / anchor speed %.3fx; out rel err %.2e, lse max diff %.2e\n",
-                  an["ms_median"].get<double>(), an["tflops"].get<double>(), an["ratio"].get<double>(),
+      std::printf("  anchor: %.3f ms median, %.1f TFLOP/s, its rows at %.2f TB/s; mlajit / anchor speed %.3fx; out rel "
+                  "err %.2e, lse max diff %.2e\n",
+                  an["ms_median"].get<double>(), an["tflops"].get<double>(), an["read_tbps"].get<double>(), an["ratio"].get<double>(),
                   an["compare"]["out_rel_frobenius"].get<double>(), an["compare"].value("lse_max_abs_diff", 0.0));
       if (an.contains("with_topk_length")) {
         const auto& wl = an["with_topk_length"];

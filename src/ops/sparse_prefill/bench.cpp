@@ -190,6 +190,19 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
       if (with_anchor) positions[static_cast<size_t>(t * a.top_k + j)] = static_cast<int32_t>(pos);
     }
   }
+  // The rows the launch reads at least once (what DRAM must deliver when nothing is cached), and
+  // the bytes each costs: the row, plus its scales in the split fp8 layout.
+  int64_t distinct_rows = 0;
+  {
+    std::vector<uint8_t> seen(static_cast<size_t>(num_blocks * p.page_size), 0);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < a.top_k; ++j) {
+        uint8_t& s = seen[idx[static_cast<size_t>(t * stride + j)]];
+        distinct_rows += s == 0;
+        s = 1;
+      }
+  }
+  const int64_t row_read_bytes = p.row_bytes() + (ds_mla ? 0 : 4 * int64_t{p.kv_dtype == DType::fp8_e4m3 ? p.scales_per_token() : 0});
   driver::DeviceBuffer indices = autotune::data::upload(idx);
   driver::DeviceBuffer lengths =
       autotune::data::upload(std::vector<uint32_t>(static_cast<size_t>(T), static_cast<uint32_t>(a.top_k)));
@@ -384,6 +397,11 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
   j["ms"] = {{"median", median}, {"min", best}, {"max", worst}};
   j["tflops"] = flops / (median * 1e-3) / 1e12;
   j["tflops_best"] = flops / (best * 1e-3) / 1e12;
+  const double read_bytes = static_cast<double>(distinct_rows) * static_cast<double>(row_read_bytes);
+  j["distinct_rows"] = distinct_rows;
+  j["row_bytes"] = row_read_bytes;
+  j["read_bytes"] = read_bytes;
+  j["read_tbps"] = read_bytes / (median * 1e-3) / 1e12;  // distinct rows' bytes / time
   if (staged)
     j["stage"] = {{"rows", marks ? "marked" : "all"}, {"ms_median", timings.back().median_ms}};
   j["split"] = {{"first", split.first}, {"parts", split.parts}, {"units", split.units}};
@@ -432,6 +450,8 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
                    {"info", anchor->info ? anchor->info() : ""},
                    {"ms_median", am},
                    {"tflops", flops / (am * 1e-3) / 1e12},
+                   // the same rows in the anchor's layout: records (656 bytes) or bf16 rows (1152)
+                   {"read_tbps", static_cast<double>(distinct_rows) * (decode_anchor ? 656.0 : 1152.0) / (am * 1e-3) / 1e12},
                    {"ratio", am / median},  // mlajit speed / anchor speed (> 1: mlajit faster)
                    {"with_topk_length",
                     {{"ms_median", aml}, {"tflops", flops / (aml * 1e-3) / 1e12}, {"ratio", aml / median}}},
