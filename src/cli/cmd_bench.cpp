@@ -64,7 +64,8 @@ ops and their shape keys (defaults in brackets; tokens / keys / top_k mean what 
       --anchor LIB.so: also time LIB's anchor_sparse_prefill_bf16 on the same inputs, interleaved
       (C ABI in src/ops/sparse_prefill/bench.hpp); prints both TFLOP/s, the ratio and the output diff
       (an fp8 cache reaches the anchor dequantised to bf16, with either qk_math); the anchor runs
-      twice per rep: without per-token lengths and given them (mlajit always reads topk_lengths).
+      twice per rep: without per-token lengths and given them (mlajit always reads topk_lengths);
+      heads that are not a multiple of 64 run the anchor padded to the next one (it says so).
       Every run prints the rows the launch reads at least once, their bytes and bytes / time
 )";
 
@@ -134,6 +135,9 @@ void print_summary(const std::string& op, const nlohmann::json& r) {
                   "err %.2e, lse max diff %.2e\n",
                   an["ms_median"].get<double>(), an["tflops"].get<double>(), an["read_tbps"].get<double>(), an["ratio"].get<double>(),
                   an["compare"]["out_rel_frobenius"].get<double>(), an["compare"].value("lse_max_abs_diff", 0.0));
+      if (an["heads_run"].get<int>() != r["num_heads"].get<int>())
+        std::printf("  (the anchor ran %d heads, padded as engines run it; its time is for all of them)\n",
+                    an["heads_run"].get<int>());
       if (an.contains("with_topk_length")) {
         const auto& wl = an["with_topk_length"];
         std::printf("  anchor given topk_length (as mlajit reads it): %.3f ms median, %.1f TFLOP/s; mlajit / anchor speed %.3fx\n",

@@ -379,6 +379,12 @@ TEST_CASE("cli: bench sparse_prefill --anchor checks the library before touching
   r = cli("bench sparse_prefill --shape top_k=100,keys=1000 --anchor libc.so.6");
   CHECK(r.code == 2);
   CHECK(last_stderr().find("multiple of 128") != std::string::npos);
+  // Heads that are not a multiple of 64 are no shape error: the anchor runs padded (what stops this
+  // run is the missing symbol).
+  r = cli("bench sparse_prefill --shape heads=16 --anchor libc.so.6");
+  CHECK(r.code == 2);
+  CHECK(last_stderr().find("anchor_sparse_prefill_bf16") != std::string::npos);
+  CHECK(last_stderr().find("heads") == std::string::npos);
 }
 
 TEST_CASE("cli: hostile paths and option values: a FIFO, a device, a directory, an option as a value") {

@@ -130,14 +130,14 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
                   "ctas", a.ctas, "0 unless the kernel is the persistent Hopper one (a bf16 cache, path auto or sm90)");
   const bool with_anchor = !a.anchor.empty();
   if (with_anchor) {
-    // The anchor ABI's constraints (bench.hpp), checked before any allocation.
-    if (!decode_shapes)
-      MLAJIT_EXPECT(a.num_heads % 64 == 0, "heads (with --anchor)", a.num_heads, "a multiple of 64 (anchor ABI)");
+    // The anchor ABI's constraints (bench.hpp), checked before any allocation. Heads that are not a
+    // multiple of 64 run padded (zero query heads past H), as engines run FlashMLA today.
     MLAJIT_EXPECT(a.top_k % 128 == 0, "top_k (with --anchor)", a.top_k, "a multiple of 128 (anchor ABI)");
   }
   std::unique_ptr<Anchor> anchor = with_anchor ? std::make_unique<Anchor>(a.anchor, decode_shapes) : nullptr;
   const bool decode_anchor = with_anchor && anchor->decode != nullptr;
-  const int64_t anchor_heads = a.num_heads <= 64 ? 64 : 128;  // the decode anchor's h_q (padded)
+  // The anchor's h_q: the decode anchor's 64 or 128, the prefill anchor's next multiple of 64.
+  const int64_t anchor_heads = decode_anchor ? (a.num_heads <= 64 ? 64 : 128) : (a.num_heads + 63) / 64 * 64;
 
   const int dev = driver::ensure_context();
   Runtime& rt = Runtime::global();
@@ -206,8 +206,9 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
   driver::DeviceBuffer indices = autotune::data::upload(idx);
   driver::DeviceBuffer lengths =
       autotune::data::upload(std::vector<uint32_t>(static_cast<size_t>(T), static_cast<uint32_t>(a.top_k)));
-  std::vector<float> sink_h(static_cast<size_t>(H));
-  for (auto& x : sink_h) x = rng.uniform(-1.f, 1.f);
+  // One sink per head; the anchor's padded heads read zeros past H.
+  std::vector<float> sink_h(static_cast<size_t>(std::max(H, anchor_heads)), 0.0f);
+  for (int64_t h = 0; h < H; ++h) sink_h[static_cast<size_t>(h)] = rng.uniform(-1.f, 1.f);
   driver::DeviceBuffer sink = autotune::data::upload(sink_h);
   driver::DeviceBuffer out(static_cast<size_t>(T * H * 512 * 2));
   driver::DeviceBuffer lse(static_cast<size_t>(T * H * 4));
@@ -275,16 +276,6 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
     for (int64_t t = 0; t < T; ++t)
       for (int64_t j = 0; j < a.top_k; ++j) ai[static_cast<size_t>(t * a.top_k + j)] = static_cast<int32_t>(idx[static_cast<size_t>(t * stride + j)]);
     a_idx = autotune::data::upload(ai);
-    // q padded to the anchor's heads (zero heads past H).
-    a_q = driver::DeviceBuffer(static_cast<size_t>(T * anchor_heads * 576 * 2));
-    {
-      std::vector<uint16_t> qh(static_cast<size_t>(T * H * 576)), qa(static_cast<size_t>(T * anchor_heads * 576), 0);
-      q.download(qh.data(), qh.size() * 2);
-      for (int64_t t = 0; t < T; ++t)
-        std::memcpy(qa.data() + static_cast<size_t>(t * anchor_heads * 576), qh.data() + static_cast<size_t>(t * H * 576),
-                    static_cast<size_t>(H * 576 * 2));
-      a_q.upload(qa.data(), qa.size() * 2);
-    }
     a_out = driver::DeviceBuffer(static_cast<size_t>(T * anchor_heads * 512 * 2));
     a_lse = driver::DeviceBuffer(static_cast<size_t>(T * anchor_heads * 4));
     const size_t wsb = anchor->decode_ws(static_cast<int>(a.batch), a.next_n, static_cast<int>(anchor_heads), a.top_k,
@@ -320,10 +311,20 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
     }
     a_kv = autotune::data::upload(kv_h);
     a_idx = autotune::data::upload(positions);
-    a_out = driver::DeviceBuffer(static_cast<size_t>(T * H * 512 * 2));
-    a_maxl = driver::DeviceBuffer(static_cast<size_t>(T * H * 4));
-    a_lse = driver::DeviceBuffer(static_cast<size_t>(T * H * 4));
+    a_out = driver::DeviceBuffer(static_cast<size_t>(T * anchor_heads * 512 * 2));
+    a_maxl = driver::DeviceBuffer(static_cast<size_t>(T * anchor_heads * 4));
+    a_lse = driver::DeviceBuffer(static_cast<size_t>(T * anchor_heads * 4));
   }
+  // q for the anchor: padded to its heads with zero heads past H (the same buffer when no padding).
+  if (with_anchor && anchor_heads != H) {
+    std::vector<uint16_t> qh(static_cast<size_t>(T * H * 576)), qa(static_cast<size_t>(T * anchor_heads * 576), 0);
+    q.download(qh.data(), qh.size() * 2);
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(qa.data() + static_cast<size_t>(t * anchor_heads * 576), qh.data() + static_cast<size_t>(t * H * 576),
+                  static_cast<size_t>(H * 576 * 2));
+    a_q = autotune::data::upload(qa);
+  }
+  const void* anchor_q = anchor_heads != H ? a_q.get() : q.get();
 
   Stream stream = driver::create_stream();
   auto run_stage = [&] { sparse_prefill::stage(*kernel, stage_args, stage_rows, stream); };
@@ -343,7 +344,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
   // as mlajit always reads topk_lengths[t]: the same work). The lengths buffer holds `top_k` for
   // every token, so both compute the same output.
   auto run_decode_anchor = [&](int phase) {
-    const int rc = anchor->decode(a_q.get(), a_kv.get(), static_cast<const int*>(a_idx.get()), nullptr,
+    const int rc = anchor->decode(anchor_q, a_kv.get(), static_cast<const int*>(a_idx.get()), nullptr,
                                   p.attn_sink ? static_cast<const float*>(sink.get()) : nullptr, a_out.get(),
                                   static_cast<float*>(a_lse.get()), static_cast<int>(a.batch), a.next_n,
                                   static_cast<int>(anchor_heads), a.top_k, static_cast<int>(num_blocks), p.page_size,
@@ -356,8 +357,8 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
       run_decode_anchor(1);
       return;
     }
-    const int rc = anchor->run(q.get(), a_kv.get(), a.keys, static_cast<const int*>(a_idx.get()), static_cast<int>(T),
-                               static_cast<int>(H), a.top_k, kSoftmaxScale,
+    const int rc = anchor->run(anchor_q, a_kv.get(), a.keys, static_cast<const int*>(a_idx.get()), static_cast<int>(T),
+                               static_cast<int>(anchor_heads), a.top_k, kSoftmaxScale,
                                p.attn_sink ? static_cast<const float*>(sink.get()) : nullptr,
                                with_lengths ? static_cast<const int*>(lengths.get()) : nullptr, a_out.get(),
                                static_cast<float*>(a_maxl.get()), static_cast<float*>(a_lse.get()), stream);
@@ -418,27 +419,23 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
     const size_t n_out = static_cast<size_t>(T * H * 512), n_lse = static_cast<size_t>(T * H);
     std::vector<uint16_t> o1(n_out), o2(n_out);
     out.download(o1.data(), n_out * 2);
-    if (decode_anchor) {  // the anchor's first H of its anchor_heads heads
+    {  // the anchor's first H of its anchor_heads heads
       std::vector<uint16_t> full(static_cast<size_t>(T * anchor_heads * 512));
       a_out.download(full.data(), full.size() * 2);
       for (int64_t t = 0; t < T; ++t)
         std::memcpy(o2.data() + static_cast<size_t>(t * H * 512), full.data() + static_cast<size_t>(t * anchor_heads * 512),
                     static_cast<size_t>(H * 512 * 2));
-    } else {
-      a_out.download(o2.data(), n_out * 2);
     }
     nlohmann::json cmp;
     cmp["out_rel_frobenius"] = rel_frobenius_bf16(o1, o2);
     if (p.emit_lse) {
       std::vector<float> l1(n_lse), l2(n_lse);
       lse.download(l1.data(), n_lse * 4);
-      if (decode_anchor) {
+      {
         std::vector<float> full(static_cast<size_t>(T * anchor_heads));
         a_lse.download(full.data(), full.size() * 4);
         for (int64_t t = 0; t < T; ++t)
           for (int64_t h = 0; h < H; ++h) l2[static_cast<size_t>(t * H + h)] = full[static_cast<size_t>(t * anchor_heads + h)];
-      } else {
-        a_lse.download(l2.data(), n_lse * 4);
       }
       double worst_lse = 0;
       for (size_t i = 0; i < n_lse; ++i) worst_lse = std::max(worst_lse, std::fabs(static_cast<double>(l1[i]) - l2[i]));
@@ -446,7 +443,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
     }
     j["anchor"] = {{"library", a.anchor},
                    {"kernel", decode_anchor ? "anchor_sparse_decode_fp8_ds_mla" : "anchor_sparse_prefill_bf16"},
-                   {"heads_run", decode_anchor ? anchor_heads : H},
+                   {"heads_run", anchor_heads},  // > heads: run padded (zero query heads past H)
                    {"info", anchor->info ? anchor->info() : ""},
                    {"ms_median", am},
                    {"tflops", flops / (am * 1e-3) / 1e12},

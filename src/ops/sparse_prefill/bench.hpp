@@ -57,7 +57,9 @@ struct SparsePrefillBenchArgs {
 // [s_q, h_q, 576], kv bf16 [s_kv, 1, 576], indices int32 [s_q, 1, topk] (positions into kv),
 // attn_sink f32 [h_q], out bf16 [s_q, h_q, 512], max_logits / lse f32 [s_q, h_q]; lse natural log
 // without the sink, out = sum p v / (sum p + exp(sink)) -- the op's semantics (SPEC §3). Needs
-// heads % 64 == 0 and top_k % 128 == 0. The anchor gets the same q, the same key rows (an fp8 cache
+// top_k % 128 == 0; h_q is heads rounded up to a multiple of 64 (more heads run padded: zero query
+// heads and sinks past H, only the first H compared; the JSON's anchor.heads_run says how many ran).
+// The anchor gets the same q, the same key rows (an fp8 cache
 // dequantised to bf16, also with qk_math fp8: the anchor stays the 16-bit kernel it is compared
 // against) and the same keys per query as mlajit; both are timed in alternating reps, each after
 // an L2 flush.
