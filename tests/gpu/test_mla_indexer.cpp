@@ -337,13 +337,18 @@ void run_and_check_inputs(const char* name, const ref::IndexerInputs& in, MlaInd
                   tag + " (persistent grid of few CTAs) vs 64");
 }
 
-void run_and_check(const char* name, const ref::IndexerCase& c, MlaIndexerParams p, bool exact,
-                   size_t workspace_rows = 0, bool portable = false) {
-  const ref::IndexerInputs in = ref::make_indexer_inputs(c);
+// `p` with the case's heads, page size and mask (the fields the case's inputs were built for).
+MlaIndexerParams with_case(MlaIndexerParams p, const ref::IndexerCase& c) {
   p.num_heads = c.num_heads;
   p.page_size = c.page_size;
   p.mask = c.mask;
-  run_and_check_inputs(name, in, p, exact, workspace_rows, portable);
+  return p;
+}
+
+void run_and_check(const char* name, const ref::IndexerCase& c, const MlaIndexerParams& p, bool exact,
+                   size_t workspace_rows = 0, bool portable = false) {
+  const ref::IndexerInputs in = ref::make_indexer_inputs(c);
+  run_and_check_inputs(name, in, with_case(p, c), exact, workspace_rows, portable);
 }
 
 // Unmapped pages inside the visible keys: every `every`-th page of each sequence (from page 1)
@@ -492,10 +497,7 @@ TEST_SUITE("gpu mla_indexer") {
       c.layer = 2;
       c.seed = 131 + x;
       const ref::IndexerInputs in = with_unmapped_pages(ref::make_indexer_inputs(c), 3, 2);
-      MlaIndexerParams p;
-      p.num_heads = c.num_heads;
-      p.page_size = c.page_size;
-      p.mask = c.mask;
+      MlaIndexerParams p = with_case({}, c);
       p.top_k = 200;
       p.num_stages = num_stages[x];
       CacheBase base;
@@ -558,10 +560,7 @@ TEST_SUITE("gpu mla_indexer") {
       c.layer = 0;
       c.seed = 53 + (sh.ties ? 1 : 0) + sh.nan_every + 100 * sh.next_n;
       const ref::IndexerInputs in = ref::make_indexer_inputs(c);
-      MlaIndexerParams p;
-      p.num_heads = c.num_heads;
-      p.page_size = c.page_size;
-      p.mask = c.mask;
+      MlaIndexerParams p = with_case({}, c);
       p.top_k = 2048;
       const std::string arch = Runtime::global().arch();
       const bool clusters = indexer::arch_has_clusters(arch);
@@ -605,10 +604,7 @@ TEST_SUITE("gpu mla_indexer") {
       }
       c.seed = 71 + cf.page + cf.heads + cf.block_kv;
       const ref::IndexerInputs in = with_unmapped_pages(ref::make_indexer_inputs(c), 5, 1);
-      MlaIndexerParams p;
-      p.num_heads = c.num_heads;
-      p.page_size = c.page_size;
-      p.mask = c.mask;
+      MlaIndexerParams p = with_case({}, c);
       p.top_k = 512;
       p.block_kv = cf.block_kv;
       const unsigned launch = cf.portable ? ops::detail::kIndexerForcePortable : 0u;
