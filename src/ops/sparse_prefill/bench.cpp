@@ -202,7 +202,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
         s = 1;
       }
   }
-  const int64_t row_read_bytes = p.row_bytes() + (ds_mla ? 0 : 4 * int64_t{p.kv_dtype == DType::fp8_e4m3 ? p.scales_per_token() : 0});
+  const int64_t row_read_bytes = p.row_bytes() + (ds_mla ? 0 : 4 * int64_t{spt});
   driver::DeviceBuffer indices = autotune::data::upload(idx);
   driver::DeviceBuffer lengths =
       autotune::data::upload(std::vector<uint32_t>(static_cast<size_t>(T), static_cast<uint32_t>(a.top_k)));
