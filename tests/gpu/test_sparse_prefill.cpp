@@ -593,7 +593,7 @@ TEST_SUITE("sparse_prefill") {
         {"fp8 g576 h128 s13 topk2048 p64", DType::fp8_e4m3, 128, 13, 2048, 64, 576},
         {"fp8 g64 h16 s213 topk128 p64", DType::fp8_e4m3, 16, 213, 128, 64, 64},
         {"fp8 g16 h96 s9 topk384 p64 sink", DType::fp8_e4m3, 96, 9, 384, 64, 16, true},
-        // Widths that are multiples of 64 (64 above, 192 here) take a row's scales from its owner lane.
+        // Width 192 with f32 scales: the bf16-tile decode (f16 tiles take 192 only with ue8m0 scales).
         {"fp8 g192 h32 s9 topk384 p64 sink", DType::fp8_e4m3, 32, 9, 384, 64, 192, true},
         // Quantization granularities that are not a multiple of 16 take the bf16-dequantized path: each K
         // element is rounded to bf16 after scaling, so scores carry ~2^-9 relative noise per term.
