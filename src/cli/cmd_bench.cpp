@@ -52,6 +52,8 @@ ops and their shape keys (defaults in brackets; tokens / keys / top_k mean what 
       split_parts [0 = automatic]: the persistent kernel's tail split (its last round of items run in
         parts over the whole GPU); 1 = off, N = at most N parts per item. When it splits, the same
         launch without the split is timed in the same reps and printed beside it
+      crossover [auto | 0 | 1]: the 80-128-head fp8 kernels with group scales decoded to bf16 tiles
+        run a token's two CTAs as a cluster sharing the decode (auto: launches of <= 512 tokens)
       qk_math [bf16|fp8]: fp8 = the opt-in FP8-math kernel (Hopper only; needs kv_dtype=fp8_e4m3 and
         quantization_granularity 0 or 576),
         e.g. --shape kv_dtype=fp8_e4m3,quantization_granularity=576,qk_math=fp8
@@ -252,6 +254,17 @@ int cmd_bench(const Argv& argv) {
     MLAJIT_EXPECT(split_parts >= 0 && split_parts <= 256, "--shape split_parts", split_parts,
                   "0 (automatic), 1 (no tail split) or a cap on the parts up to 256");
     a.split_parts = static_cast<int>(split_parts);
+    if (auto x = shape.take("crossover")) {
+      if (*x == "auto") {
+        a.crossover = sparse_prefill::Crossover::automatic;
+      } else if (*x == "1") {
+        a.crossover = sparse_prefill::Crossover::on;
+      } else if (*x == "0") {
+        a.crossover = sparse_prefill::Crossover::off;
+      } else {
+        throw_invalid("--shape crossover", *x, "auto | 0 | 1");
+      }
+    }
     shape.take_int("quantization_granularity", a.quantization_granularity);
     if (auto f = shape.take("scale_fmt")) a.scale_fmt = parse_scale_fmt(*f, "--shape scale_fmt");
     shape.take_bool("sink", a.attn_sink);

@@ -53,5 +53,11 @@ MJ_DEVICE void mbar_wait(u32 bar, u32 parity) {
   }
 }
 
+// One arrival that also expects `bytes` more transaction bytes in the current phase (st.async or
+// bulk copies completing on this barrier; they may land before or after it).
+MJ_DEVICE void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
 }  // namespace sm90
 }  // namespace mj

@@ -74,9 +74,7 @@ MJ_DEVICE bool elect_one() {
 }
 // Arrives on `bar` (one of its expected arrivals) and adds `bytes` to the transactions its current
 // phase waits for: the phase completes when every arrival came and every byte landed.
-MJ_DEVICE void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
+using sm90::mbar_arrive_expect_tx;
 
 // ---- shared primitives (templates/common/) ----------------------------------------------------
 using sm90::fence_proxy_async_smem;

@@ -32,6 +32,10 @@ struct SparsePrefillArgs {
   long long partial_slots;      // slots `partials` holds (host only: launch() picks the split within it)
   int split_first;              // first split item
   int split_shift;              // log2 of the parts per split item (0: none)
+  // 1: the launch runs the crossover (clusters of a token's two CTAs; sm90.cuh, Design), which the
+  // host takes only where the kernel has it (layout.h hopper_crossover); the split then counts
+  // token units (sm90_persistent.cuh, cta_work_crossover). 0: one CTA per item.
+  int crossover;
 };
 
 // Kernel argument struct of the fp8 -> bf16 staging kernels (params kv_staging bf16,

@@ -34,6 +34,23 @@ constexpr int hopper_ctas_per_token(int num_heads) {
   return (num_heads + kHopperMaxHeadsPerCta - 1) / kHopperMaxHeadsPerCta;
 }
 
+// The crossover (sparse_prefill/sm90.cuh, Design): where a token takes two CTAs (more than 64
+// heads) and the producer decodes fp8 rows to bf16 tiles with one group scale per 16-element chunk,
+// the token's two CTAs run as a cluster of 2 and each decodes half the rows of every block for
+// both, writing the peer's copy into its shared memory (st.async). The decode is the fp8 kernels'
+// bound at decode shapes, and without this each CTA decodes every row of the token. Not for unit /
+// per-row scales and power-of-two groups of 192 (f16 tiles, cheap decode) nor for widths whose
+// 16-element chunks span two groups (their shorter load window does not divide a half-row step).
+// The host (plan.cpp) launches such a kernel with clusters of 2 and splits keys over tokens.
+constexpr bool hopper_crossover(int num_heads, bool kv_fp8, int quant_granularity, bool fp8_math, bool pow2_scales,
+                                bool ds_mla) {
+  const bool group_scale = kv_fp8 && quant_granularity != 0 && quant_granularity != kQkDim;
+  const bool f16_group = group_scale && pow2_scales && !fp8_math && quant_granularity % 64 == 0 &&
+                         quant_granularity >= 128 && !ds_mla;
+  return hopper_ctas_per_token(num_heads) == 2 && group_scale && !f16_group && !fp8_math &&
+         quant_granularity % 16 == 0;
+}
+
 // Bookkeeping region (bytes from the start of dynamic shared memory), then the tiles from the first
 // kTileAlign boundary past it.
 //   mbarriers: full[stage][half] at kBarFull + 8 (2 stage + half), empty[stage][half] likewise at

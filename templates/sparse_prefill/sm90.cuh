@@ -106,6 +106,18 @@
 // unit / per-row scales (f16 tiles) 8 lanes load one 128-byte L2 line of a row per instruction
 // (Fp8LineProducer: ~5.5 L2 requests per 576-byte row instead of 9); group scales use the
 // 4-lanes-per-row producer (Fp8Producer).
+// Crossover (Config::kCrossover, layout.h hopper_crossover: two CTAs per token and the bf16-tile
+//   group decode): the token's two CTAs run as a cluster of 2 and share the decode. Each producer
+//   decodes rows g + 32 rank of every block (half of them) and writes each 16-byte chunk to its own
+//   stage (st.shared) and to the peer's (st.async, completing as transaction bytes on the peer's
+//   full barrier of the half, whose first local arrival expects them). A half is refilled once both
+//   CTAs' consumers released it: every consumer thread arrives on its own empty barrier and the
+//   peer's (counts 256). The decode is these kernels' bound at decode shapes; without the
+//   crossover each of the token's CTAs decoded every row. Keys are split over tokens (both CTAs of
+//   a cluster take the same part); a cluster barrier after set-up and before exit keeps each CTA's
+//   shared memory alive while the peer writes it. A kernel that has the crossover holds both bodies
+//   and args.crossover picks one per launch (the host: decode-sized launches, launch.hpp
+//   crossover_taken; at prefill, where tokens share rows through L2, the lockstep costs more).
 // Proxy ordering: stage data are written through the generic proxy (cp.async, st.shared) and read
 // by wgmma through the async proxy; each consumer fences after acquiring a full barrier (a
 // producer-side fence would be a MEMBAR that waits for the producer's in-flight loads): the full
@@ -138,6 +150,13 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
     run_fp8math<C>(args);
     return;
   }
+  // The crossover's body, where this kernel has one and the launch runs it (a uniform branch).
+  if constexpr (C::kCrossoverAvailable && !C::kCrossover) {
+    if (args.crossover != 0) {
+      run<typename C::WithCrossover>(args);
+      return;
+    }
+  }
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const Smem s = [&] {
     Smem r = carve_smem(smem_raw, C::kMiscBytes);
@@ -153,6 +172,10 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
       r.rope1_full = bars + 3u * kMbarBytes;
       r.rope1_empty = bars + 4u * kMbarBytes;
     }
+    if constexpr (C::kCrossover) {
+      const u32 base = sm90::smem_addr(smem_raw);
+      r.peer_delta = cluster::map_shared(base, cluster::rank() ^ 1u) - base;
+    }
     return r;
   }();
   // One item per CTA (the fp8 kernels): its topk length load is issued before the barrier set-up.
@@ -161,8 +184,9 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
   const int wg = static_cast<int>(threadIdx.x) / 128;
 
   if (threadIdx.x == 0) {
-    // full: fp8 plain arrivals; bf16 + one cp.async arrival each. empty: one warpgroup per half.
-    init_barriers(s, C::kFp8 ? 128u : 256u, 128u, 128u);
+    // full: fp8 plain arrivals; bf16 + one cp.async arrival each. empty: one warpgroup per half
+    // (the crossover: that warpgroup of both CTAs).
+    init_barriers(s, C::kFp8 ? 128u : 256u, C::kCrossover ? 256u : 128u, C::kCrossover ? 256u : 128u);
     if constexpr (C::kPersistent) {
       sm90::mbar_init(s.q_full, 128u);  // the producer's cp.async arrivals
       sm90::mbar_init(s.q_free, 256u);
@@ -173,7 +197,13 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
     if constexpr (C::kF16) *reinterpret_cast<u32*>(s.rowsum) = 0u;  // load_q's tile maximum
     sm90::mbar_init_fence();
   }
-  __syncthreads();
+  // The crossover: the peer writes into this CTA's stages and arrives on its barriers, so both
+  // CTAs' barriers must be initialised before either producer or consumer starts.
+  if constexpr (C::kCrossover) {
+    cluster::sync();
+  } else {
+    __syncthreads();
+  }
 
   if constexpr (C::kPersistent) {
     if (wg == 2) {
@@ -214,6 +244,9 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
         consume_wg1<C>(args, s, ln, lane, token, head0, steps, q_unscale, 0u, 0u, work.slot);
       }
     }
+    // The crossover: neither CTA exits while the other may still store into its shared memory or
+    // arrive on its barriers (the last halves' releases).
+    if constexpr (C::kCrossover) cluster::sync();
   }
 }
 

@@ -5,6 +5,7 @@
 // view of the 64-row tiles that every role shares.
 #include "sparse_prefill/args.h"
 #include "sparse_prefill/layout.h"
+#include "common/cluster.cuh"
 #include "common/convert.cuh"
 #include "common/fast_math.cuh"
 #include "common/mbarrier.cuh"
@@ -44,7 +45,7 @@ enum : u32 {
 };
 
 template <int NUM_HEADS, bool KV_FP8, int QUANT_GRANULARITY, bool ATTN_SINK, bool EMIT_LSE, int PAGE_SIZE,
-          bool FP8_MATH, bool POW2_SCALES, bool DS_MLA = false>
+          bool FP8_MATH, bool POW2_SCALES, bool DS_MLA = false, bool CROSSOVER = false>
 struct Config {
   static_assert(NUM_HEADS >= 16 && NUM_HEADS <= 128 && NUM_HEADS % 16 == 0,
                 "sparse_prefill_sm90: NUM_HEADS must be a multiple of 16 in [16, 128]");
@@ -105,6 +106,17 @@ struct Config {
   static constexpr int kHeadsPerCta = NUM_HEADS / kCtasPerToken;
   static_assert(NUM_HEADS % kCtasPerToken == 0 && kHeadsPerCta <= 64, "head split");
 
+  // The crossover (layout.h hopper_crossover): a cluster of the token's 2 CTAs, each decoding rows
+  // g + 32 rank of every block into both CTAs' stages (Fp8Producer). A kernel that has it holds
+  // both bodies: run() takes this Config's WithCrossover when the launch asks (args.crossover).
+  static constexpr bool kCrossoverAvailable = sparse_prefill_layout::hopper_crossover(
+      NUM_HEADS, KV_FP8, QUANT_GRANULARITY, FP8_MATH, POW2_SCALES, DS_MLA);
+  static constexpr bool kCrossover = CROSSOVER && kCrossoverAvailable;
+  using WithCrossover = Config<NUM_HEADS, KV_FP8, QUANT_GRANULARITY, ATTN_SINK, EMIT_LSE, PAGE_SIZE, FP8_MATH,
+                               POW2_SCALES, DS_MLA, true>;
+  static_assert(!kCrossover || (kGroupScale && !kF16Group && !kPersistent && kCtasPerToken == 2),
+                "crossover: the bf16-tile group decode of a two-CTA token");
+
   static constexpr int kThreads = sparse_prefill_layout::kHopperThreads;  // WG0, WG1 consumers; WG2 producer
   // Register budgets after setmaxnreg: consumers hold a 64x256 f32 accumulator (128 regs), a 64x64
   // score tile (32) and its bf16 copy (16); the producer needs few.
@@ -158,6 +170,9 @@ struct Smem {
   u32 q;            // query tile, later the bf16 output staging (64 rows x 1024 bytes)
   u32 k[2];         // K stages
   u32 p1;           // WG1's P (64x64 bf16); WG0's P lives in stage 0's tile 8 (rope dims, unused by P V)
+  // Crossover kernels (Config::kCrossover): the peer CTA's shared::cluster address of a local one is
+  // that address + peer_delta (mapa of the window's base); 0 otherwise.
+  u32 peer_delta;
 };
 
 MJ_DEVICE Smem carve_smem(unsigned char* base, int misc_bytes) {
@@ -179,6 +194,7 @@ MJ_DEVICE Smem carve_smem(unsigned char* base, int misc_bytes) {
   s.k[0] = tiles + kStageBytes;
   s.k[1] = tiles + 2 * kStageBytes;
   s.p1 = tiles + 3 * kStageBytes;
+  s.peer_delta = 0u;
   return s;
 }
 

@@ -39,6 +39,14 @@ template <class C>
 MJ_DEVICE void wait_full(const Smem& s, int stage, int half, u32 parity) {
   wait_stage_bar<C>(s.full[stage][half], parity);
 }
+// Releases a stage half (its empty barrier `bar`): the crossover's producers write each half in
+// both CTAs of the cluster, so the peer's barrier takes this thread's arrival too (the reads it
+// releases, wgmma's, completed at wgmma.wait_group before it).
+template <class C>
+MJ_DEVICE void release_half(const Smem& s, u32 bar) {
+  sm90::mbar_arrive(bar);
+  if constexpr (C::kCrossover) cluster::mbar_arrive_remote(bar + s.peer_delta);
+}
 
 // Q K^T over column tiles [T0, T1) of a stage; `clear` zeroes the accumulator on the first k-step.
 template <int T0, int T1, bool F16>
@@ -460,7 +468,7 @@ MJ_DEVICE void consume_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(o);
-    sm90::mbar_arrive(s.empty[0][0]);  // stage 0 left: scored and multiplied
+    release_half<C>(s, s.empty[0][0]);  // stage 0 left: scored and multiplied
 
     sm90::mbar_wait(s.max1_ready, parity);
     const float f0 = fast_exp2(m0 - s.max[ln.r0]), f1 = fast_exp2(m1 - s.max[ln.r1]);
@@ -483,14 +491,14 @@ MJ_DEVICE void consume_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane
       issue_qk<0, kLeftTiles, C::kF16>(p, dq, dk0, true);
       sm90::wgmma_commit();
       sm90::wgmma_wait<1>();
-      sm90::mbar_arrive(s.empty[1][0]);  // stage 1 left: multiplied
+      release_half<C>(s, s.empty[1][0]);  // stage 1 left: multiplied
       wait_full<C>(s, 0, 1, parity ^ 1u);
       issue_qk<kLeftTiles, kQkTiles, C::kF16>(p, dq, dk0, false);
       sm90::wgmma_commit();
       sm90::wgmma_wait<0>();
     } else {
       sm90::wgmma_wait<0>();
-      sm90::mbar_arrive(s.empty[1][0]);
+      release_half<C>(s, s.empty[1][0]);
     }
     sm90::fence_regs(o);
     sm90::fence_regs(p);
@@ -569,9 +577,9 @@ MJ_DEVICE void consume_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane
     sm90::fence_proxy_async_smem();
     sm90::named_bar_arrive(kBarS1Ready, 256);
     sm90::wgmma_wait<1>();
-    sm90::mbar_arrive(s.empty[1][1]);  // stage 1 right (one-item kernels: and its rope tile): done
+    release_half<C>(s, s.empty[1][1]);  // stage 1 right (one-item kernels: and its rope tile): done
     sm90::wgmma_wait<0>();
-    sm90::mbar_arrive(s.empty[0][1]);  // stage 0 right (and P0 in its rope tile): done
+    release_half<C>(s, s.empty[0][1]);  // stage 0 right (and P0 in its rope tile): done
     sm90::fence_regs(o);
   }
   finish<C>(a, s, ln, lane, token, head0, o, m0, m1, l0, l1, item, slot);

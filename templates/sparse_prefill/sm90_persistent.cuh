@@ -90,8 +90,46 @@ MJ_DEVICE void hint_first_indices(const SparsePrefillArgs& args, i64 first_token
 // (args.split_shift > 0: the decode plan and the tail of a launch, ops/sparse_prefill/op.cpp
 // tail_split), a part of one. The first indices hinted are those of a full-length row's part (the
 // length is still in flight; a prefetch moves no value into the program).
+// The crossover (Config::kCrossover, launched in clusters of 2): CTAs 2 v and 2 v + 1 are head tiles
+// 0 and 1 of token unit v and take the same keys. Token units split as items do above, over tokens
+// (the host gives split_first even: first / 2 tokens whole); a split token part's two CTAs write
+// the slots of their items, (2 (k >> shift) + tile) << shift | part, the slot the combine reads for
+// item split_first + 2 (k >> shift) + tile.
+template <class C>
+MJ_DEVICE CtaWork cta_work_crossover(const SparsePrefillArgs& args) {
+  const int v = static_cast<int>(blockIdx.x) >> 1, tile = static_cast<int>(blockIdx.x) & 1;
+  const int first = args.split_first >> 1;
+  const bool split = args.split_shift > 0 && v >= first;
+  const int k = v - first, mask = (1 << args.split_shift) - 1;
+  const i64 token = split ? first + (k >> args.split_shift) : v;
+  i64 hint_slot = 0;
+  const i64 full_steps = (args.indices_stride + 2 * kBlockKeys - 1) / (2 * kBlockKeys);
+  if (split) hint_slot = ((static_cast<i64>(k & mask) * full_steps) >> args.split_shift) * 2 * kBlockKeys;
+  hint_first_indices<C>(args, token, hint_slot);
+  const u32 len = __ldg(args.topk_lengths + token);
+  CtaWork w;
+  w.token = token;
+  w.head0 = tile * C::kHeadsPerCta;
+  w.topk_len = static_cast<int>(static_cast<long long>(len) < args.indices_stride ? static_cast<long long>(len)
+                                                                                   : args.indices_stride);
+  w.steps = (w.topk_len + 2 * kBlockKeys - 1) / (2 * kBlockKeys);
+  w.step0 = 0;
+  w.slot = -1;
+  if (split) {
+    const int part = k & mask;
+    const int s0 = static_cast<int>((static_cast<i64>(part) * w.steps) >> args.split_shift);
+    const int s1 = static_cast<int>((static_cast<i64>(part + 1) * w.steps) >> args.split_shift);
+    w.step0 = s0;
+    w.steps = s1 - s0;
+    w.slot = ((((k >> args.split_shift) << 1) + tile) << args.split_shift) | part;
+    w.topk_len = min(w.topk_len, s1 * 2 * kBlockKeys);
+  }
+  return w;
+}
+
 template <class C>
 MJ_DEVICE CtaWork cta_work(const SparsePrefillArgs& args) {
+  if constexpr (C::kCrossover) return cta_work_crossover<C>(args);
   const int u = static_cast<int>(blockIdx.x);
   const int it = unit_item<C>(args, u);
   const i64 token = it / C::kCtasPerToken;

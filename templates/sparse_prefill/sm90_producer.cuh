@@ -178,32 +178,41 @@ MJ_DEVICE void produce_bf16(const SparsePrefillArgs& a, const Smem& s, i64 token
 }
 
 // ---- producer: fp8 rows, decoded to bf16 on the way --------------------------------------------------
-// Thread t: group g = t / 4 owns rows g and g + 32 of a block; lane c = t % 4 loads the 16-byte fp8
-// chunks u = 4 q + c (16 dims each) and writes the two 16-byte bf16 chunks 2c, 2c+1 of tile u / 4.
-// Per step a thread handles 36 chunks in a fixed order (the four stage halves in the order the
-// consumers need them; in a half: row, then tile). Loads run kWindow chunks ahead of the decode in a
-// register ring, across half and step boundaries (the next step's rows are resolved one step
-// early), so L2 latency stays hidden while the thread decodes.
-struct Fp8Plan {
+// Thread t: group g = t / 4 owns rows g and g + 32 of a block (the crossover: row g + 32 rank only);
+// lane c = t % 4 loads the 16-byte fp8 chunks u = 4 q + c (16 dims each) and writes the two 16-byte
+// bf16 chunks 2c, 2c+1 of tile u / 4. Per step a thread handles 18 R chunks (R rows per block) in a
+// fixed order (the four stage halves in the order the consumers need them; in a half: row, then
+// tile). Loads run kWindow chunks ahead of the decode in a register ring, across half and step
+// boundaries (the next step's rows are resolved one step early), so L2 latency stays hidden while
+// the thread decodes.
+template <int R>
+struct Fp8PlanRows {
+  static_assert(R == 1 || R == 2, "rows per block and thread");
+  static constexpr int kRows = R;
   // Closed forms (no recursion), so that they fold to constants once the chunk loop is unrolled.
-  static constexpr int kChunks = 36;
+  static constexpr int kChunks = 18 * R;
   // half h in consumer order: 0 = stage 0 left, 1 = stage 1 right, 2 = stage 0 right, 3 = stage 1 left
   __host__ __device__ static constexpr int stage(int h) { return h & 1; }
   __host__ __device__ static constexpr int side(int h) { return (h == 1 || h == 2) ? 1 : 0; }  // 1: tiles 4..8
   __host__ __device__ static constexpr int first_tile(int h) { return side(h) ? kLeftTiles : 0; }
   __host__ __device__ static constexpr int tiles(int h) { return side(h) ? kQkTiles - kLeftTiles : kLeftTiles; }
-  __host__ __device__ static constexpr int first_chunk(int h) { return h == 0 ? 0 : h == 1 ? 8 : h == 2 ? 18 : 28; }
-  __host__ __device__ static constexpr int half_of(int i) { return i < 8 ? 0 : i < 18 ? 1 : i < 28 ? 2 : 3; }
+  __host__ __device__ static constexpr int first_chunk(int h) { return R * (h == 0 ? 0 : h == 1 ? 4 : h == 2 ? 9 : 14); }
+  __host__ __device__ static constexpr int half_of(int i) { return i < 4 * R ? 0 : i < 9 * R ? 1 : i < 14 * R ? 2 : 3; }
   __host__ __device__ static constexpr int row_of(int i) { return (i - first_chunk(half_of(i))) / tiles(half_of(i)); }
   __host__ __device__ static constexpr int tile_of(int i) {
     return first_tile(half_of(i)) + (i - first_chunk(half_of(i))) % tiles(half_of(i));
   }
 };
-static_assert(Fp8Plan::first_chunk(1) == Fp8Plan::first_chunk(0) + 2 * Fp8Plan::tiles(0) &&
-                  Fp8Plan::first_chunk(2) == Fp8Plan::first_chunk(1) + 2 * Fp8Plan::tiles(1) &&
-                  Fp8Plan::first_chunk(3) == Fp8Plan::first_chunk(2) + 2 * Fp8Plan::tiles(2) &&
-                  Fp8Plan::kChunks == Fp8Plan::first_chunk(3) + 2 * Fp8Plan::tiles(3),
-              "fp8 chunk plan: halves must tile the 36 chunks of a step");
+template <int R>
+constexpr bool fp8_plan_tiles_step() {
+  using P = Fp8PlanRows<R>;
+  return P::first_chunk(1) == P::first_chunk(0) + R * P::tiles(0) &&
+         P::first_chunk(2) == P::first_chunk(1) + R * P::tiles(1) &&
+         P::first_chunk(3) == P::first_chunk(2) + R * P::tiles(2) && P::kChunks == P::first_chunk(3) + R * P::tiles(3);
+}
+static_assert(fp8_plan_tiles_step<1>() && fp8_plan_tiles_step<2>(),
+              "fp8 chunk plan: halves must tile the chunks of a step");
+using Fp8Plan = Fp8PlanRows<2>;
 
 // Scale floats prefetched with a chunk (group scales): the group of the chunk's first element and,
 // when groups are not a multiple of 16 wide, the group of its element 8 (width multiple of 8) or of
@@ -268,15 +277,26 @@ MJ_DEVICE u32 fma_bf16x2(u32 a, u32 b, u32 c) {
 // chunk I + 1.
 template <class C, int I, class Producer>
 MJ_DEVICE void end_fp8_chunk(Producer& pr, u32 empty_parity) {
-  using Plan = Fp8Plan;
+  using Plan = typename Producer::Plan;
   constexpr int kWindow = Producer::kWindow, h = Plan::half_of(I);
   if constexpr (I + kWindow < Plan::kChunks) {
     pr.template load<I + kWindow>(pr.cur);
   } else {
     pr.template load<I + kWindow - Plan::kChunks>(pr.nxt);
   }
-  if constexpr (I == Plan::first_chunk(h) + 2 * Plan::tiles(h) - 1) {
-    sm90::mbar_arrive(pr.s.full[Plan::stage(h)][Plan::side(h)]);
+  if constexpr (I == Plan::first_chunk(h) + Plan::kRows * Plan::tiles(h) - 1) {
+    const u32 full = pr.s.full[Plan::stage(h)][Plan::side(h)];
+    if constexpr (C::kCrossover) {
+      // The peer's rows of this half land here by its st.async: one arrival expects their bytes.
+      constexpr u32 kPeerBytes = 32u * Plan::tiles(h) * 128u;
+      if (threadIdx.x == 256u) {
+        sm90::mbar_arrive_expect_tx(full, kPeerBytes);
+      } else {
+        sm90::mbar_arrive(full);
+      }
+    } else {
+      sm90::mbar_arrive(full);
+    }
   }
   if constexpr (I + 1 < Plan::kChunks) pr.template chunk<I + 1>(empty_parity);
 }
@@ -287,14 +307,20 @@ MJ_DEVICE void end_fp8_chunk(Producer& pr, u32 empty_parity) {
 // fits (9); power-of-two groups of 192 on f16 tiles keep the row scales in registers of the ring (6).
 constexpr int kF16Window = 9;
 constexpr int kF16GroupWindow = 6;
+// The crossover's window: 6 (divides its 18 chunks per step; a deeper one costs the producer's
+// registers).
+#ifndef MJ_SP90_CROSSOVER_WINDOW
+#define MJ_SP90_CROSSOVER_WINDOW 6
+#endif
 template <class C>
 struct Fp8Producer {
-  using Plan = Fp8Plan;
+  using Plan = Fp8PlanRows<C::kCrossover ? 1 : 2>;
   using Scales = Fp8Scales<C>;
   // Loads in flight per thread (divides 36, so ring slots repeat each step): 6 x 16 B x 128 threads
   // = 12 KB per SM in flight, enough for ~14 B/clk at ~800 clk L2 latency. Two scale floats per
   // chunk (and the group-boundary decode) leave registers for shorter windows only.
-  static constexpr int kWindow = C::kF16Group ? kF16GroupWindow
+  static constexpr int kWindow = C::kCrossover ? MJ_SP90_CROSSOVER_WINDOW
+                                 : C::kF16Group ? kF16GroupWindow
                                  : C::kF16 ? kF16Window
                                  : Scales::kPerChunk < 2 ? 6
                                  : C::kQuantGranularity % 8 == 0 ? 4 : 2;
@@ -307,6 +333,10 @@ struct Fp8Producer {
   const unsigned char* rec; // kDsMla: the cache base (records hold their scales and rope dims)
   u64 policy;
   int g, c;
+  // The crossover: this CTA's rank in the cluster (its rows of a block are g + 32 xr) and the byte
+  // offset of the thread's row in a tile; otherwise xr = 0 and the row of chunk k is g + 32 k.
+  u32 xr;
+  u32 row_off;
   // `c` laundered through an empty asm once per step: per-chunk values derived from the lane (scale
   // group indices, group boundaries) are then recomputed each step instead of being hoisted out of
   // the step loop into 36 chunks' worth of live registers.
@@ -317,8 +347,23 @@ struct Fp8Producer {
   Scales sc[kWindow];
   // kDsMla: a rope chunk (tile 8) is 16 bf16 = 32 bytes, two loads: the second 16 bytes of the
   // chunk of row k. Rope chunks are 5 chunks apart (the right halves' rows), so with a window of 6
-  // at most two are in flight, of rows 0 and 1.
+  // at most two are in flight, of rows 0 and 1 (the crossover: of halves 1 and 2).
   u32 rope[C::kDsMla ? 2 : 1][4];
+  template <int J>
+  __host__ __device__ static constexpr int rope_slot() {
+    return Plan::kRows == 2 ? (Plan::row_of(J) & 1) : (Plan::half_of(J) == 2 ? 1 : 0);
+  }
+  // The row of chunk J's block among rows[b][k] (the crossover: a select on the rank, not a
+  // run-time array index, which would put the row arrays in local memory).
+  template <int J>
+  MJ_DEVICE u32 chunk_row(const u32 (&rows)[2][2]) const {
+    constexpr int b = Plan::stage(Plan::half_of(J));
+    if constexpr (C::kCrossover) {
+      return xr ? rows[b][1] : rows[b][0];
+    } else {
+      return rows[b][Plan::row_of(J)];
+    }
+  }
   // kF16Group: lane c owns row g + 32 (c & 1) of block c >> 1 of a step (one row per lane). It loads
   // that row's group scales one step ahead (gsc) and turns them, at the top of the step, into the
   // row's factor 2^R (colsc, 0 for an invalid row) and the f16 multipliers 2^(e_g - R) of its
@@ -377,17 +422,17 @@ struct Fp8Producer {
   // Loads chunk J of a step (rows from `rows`) into ring slot J % kWindow.
   template <int J>
   MJ_DEVICE void load(const u32 (&rows)[2][2]) {
-    constexpr int h = Plan::half_of(J), k = Plan::row_of(J), tile = Plan::tile_of(J), slot = J % kWindow;
-    const u32 row = rows[Plan::stage(h)][k];
+    constexpr int tile = Plan::tile_of(J), slot = J % kWindow, rs = rope_slot<J>();
+    const u32 row = chunk_row<J>(rows);
     if constexpr (C::kDsMla && tile == kQkTiles - 1) {  // the rope dims: bf16 as they are, no scale
       if constexpr (Scales::kPerChunk >= 1) sc[slot].v[0] = 0.0f;  // (unused: defined for the pin)
       if (row != kNoRow) {
         const unsigned char* r = rec + static_cast<u64>(row) * C::kRowBytes + kDsMlaRopeOffset + 32 * cv;
         sm90::ldg128_policy<0>(r, policy, raw[slot][0], raw[slot][1], raw[slot][2], raw[slot][3]);
-        sm90::ldg128_policy<16>(r, policy, rope[k & 1][0], rope[k & 1][1], rope[k & 1][2], rope[k & 1][3]);
+        sm90::ldg128_policy<16>(r, policy, rope[rs][0], rope[rs][1], rope[rs][2], rope[rs][3]);
       } else {
         raw[slot][0] = raw[slot][1] = raw[slot][2] = raw[slot][3] = 0u;
-        rope[k & 1][0] = rope[k & 1][1] = rope[k & 1][2] = rope[k & 1][3] = 0u;
+        rope[rs][0] = rope[rs][1] = rope[rs][2] = rope[rs][3] = 0u;
       }
       return;
     }
@@ -413,8 +458,10 @@ struct Fp8Producer {
   template <int I>
   MJ_DEVICE void chunk(u32 empty_parity) {
     constexpr int h = Plan::half_of(I), k = Plan::row_of(I), tile = Plan::tile_of(I), slot = I % kWindow;
-    constexpr int st = Plan::stage(h), side = Plan::side(h);
+    constexpr int st = Plan::stage(h), side = Plan::side(h), rs = rope_slot<I>();
     if constexpr (I == Plan::first_chunk(h)) {
+      // (The crossover: the half is free once both CTAs' consumers released it, since this thread
+      // writes it in both; the empty barriers count both.)
       sm90::mbar_wait(s.empty[st][side], empty_parity);
       if constexpr (side == st) {  // a stage's first half: publish its key bias / per-row scales
         if constexpr (C::kF16Group) {
@@ -444,11 +491,11 @@ struct Fp8Producer {
       // fp8_ds_mla rope dims: bf16 moved as they are, times 2^-64 like every tile of the bf16
       // decode (exact: a power of two; values below 2^-62 turn subnormal in bf16).
 #pragma unroll
-      for (int w = 0; w < 4; ++w) asm volatile("" : "+r"(rope[k & 1][w]));
+      for (int w = 0; w < 4; ++w) asm volatile("" : "+r"(rope[rs][w]));
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
         out[w] = mul_bf16x2(raw[slot][w], kBf16x2TwoPowMinus64);
-        out[4 + w] = mul_bf16x2(rope[k & 1][w], kBf16x2TwoPowMinus64);
+        out[4 + w] = mul_bf16x2(rope[rs][w], kBf16x2TwoPowMinus64);
       }
     } else if constexpr (C::kF16) {
 #pragma unroll
@@ -492,9 +539,15 @@ struct Fp8Producer {
 #pragma unroll
       for (int w = 0; w < 8; ++w) out[w] = mul_bf16x2(out[w], kBf16x2TwoPow56);  // exact
     }
-    const u32 dst = s.k[st] + tile * kTileBytes + static_cast<u32>(g + 32 * k) * 128u;
-    sm90::sts128(dst + (((2u * c) ^ sw) << 4), out[0], out[1], out[2], out[3]);
-    sm90::sts128(dst + (((2u * c + 1u) ^ sw) << 4), out[4], out[5], out[6], out[7]);
+    const u32 dst = s.k[st] + tile * kTileBytes + row_off + static_cast<u32>(32 * k) * 128u;
+    const u32 d0 = dst + (((2u * c) ^ sw) << 4), d1 = dst + (((2u * c + 1u) ^ sw) << 4);
+    sm90::sts128(d0, out[0], out[1], out[2], out[3]);
+    sm90::sts128(d1, out[4], out[5], out[6], out[7]);
+    if constexpr (C::kCrossover) {  // the peer's copy, counted on its full barrier of the half
+      const u32 bar = s.full[st][side] + s.peer_delta;
+      cluster::st_async_128(d0 + s.peer_delta, out[0], out[1], out[2], out[3], bar);
+      cluster::st_async_128(d1 + s.peer_delta, out[4], out[5], out[6], out[7], bar);
+    }
     end_fp8_chunk<C, I>(*this, empty_parity);
   }
 
@@ -717,6 +770,8 @@ MJ_DEVICE void produce_fp8(const SparsePrefillArgs& a, const Smem& s, i64 token,
   p.scales = a.kv_scales;
   p.policy = sm90::l2_policy_evict_last();
   p.sw = static_cast<u32>(p.g) & 7u;
+  p.xr = C::kCrossover ? cluster::rank() : 0u;
+  p.row_off = (static_cast<u32>(p.g) + 32u * p.xr) * 128u;
   const u32* token_indices = a.indices + token * a.indices_stride + first_slot;  // (a part: its first step)
   // Encoded indices are loaded two steps ahead of their use and resolved one step ahead: the row
   // loads of step s + 1 start inside step s (the window), so their rows must be known then, and

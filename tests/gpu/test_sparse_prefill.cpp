@@ -163,6 +163,7 @@ struct Outputs {
 struct SplitRun {
   DeviceBuffer* workspace = nullptr;
   int max_parts = 0;
+  sparse_prefill::Crossover crossover = sparse_prefill::Crossover::automatic;
   sparse_prefill::TailSplit taken;
 };
 
@@ -200,7 +201,7 @@ Outputs run_on_device(const ref::SparsePrefillProblem& pb, DeviceProblem& d, Pat
       max_parts = split->max_parts;
     }
     const auto taken = sparse_prefill::launch(*sparse_prefill::kernel_for(p, path), p, path, args, nullptr, grid_ctas,
-                                              max_parts);
+                                              max_parts, split ? split->crossover : sparse_prefill::Crossover::automatic);
     if (split) split->taken = taken;
   } else {
     const TensorView ws = workspace ? TensorView(workspace->get(), DType::u32, {static_cast<int64_t>(workspace->size() / 4)})
@@ -434,12 +435,18 @@ TEST_SUITE("sparse_prefill_small") {
         // Width 192 on f16 tiles (kF16Group: owner-lane scale loads, shuffled multipliers, a per-row
         // 2^R) with R above 0 for some rows, two CTAs per token.
         wide_ue8m0_case("small fp8 g192 ue8m0 h128 p64 groups 2^-2..2^17", 128, 4, 256, 64, 192, true, -2, 17),
+        // The crossover (a cluster of the token's two CTAs, each decoding half of every block's rows
+        // for both): ue8m0 and f32 group scales, 112 heads (two CTAs of 56), records.
+        ue8m0_case("small fp8 g64 ue8m0 h128 p64 sink (crossover)", 128, 5, 192, 64, 64, true),
+        {"small fp8 g64 h112 p16 nolse (crossover)", DType::fp8_e4m3, 112, 5, 256, 16, 64, false, false},
     };
     uint64_t seed = 100;
     for (const Case& c : cases) run_case(c, seed++);
     // The persistent bf16 kernel on grids smaller than the item count (each CTA walks several items
     // through one K ring), so that the sanitizers see the cross-item hand-offs too.
     if (Runtime::global().arch() == "sm_90a") {
+      // Records (the Hopper kernel alone reads them) through the crossover.
+      run_case(ds_mla_case("small ds_mla ue8m0 h128 p64 sink (crossover)", 128, 4, 256, 64, true, true), seed++);
       for (const Case& c : {cases[0], cases[1]}) {
         CAPTURE(c.name);
         const auto pb = problem_of(c, 150);
@@ -870,9 +877,54 @@ TEST_SUITE("sparse_prefill") {
         {ue8m0_case("fp8 g64 ue8m0 h64 s40 topk1024 p64 sink", 64, 40, 1024, 64, 64, true), 0, 4},
         // More items than SMs: whole items, then the last wave's split (the H200's 132 SMs: 8 left).
         {ue8m0_case("fp8 g64 ue8m0 h128 s70 topk1024 p64 sink", 128, 70, 1024, 64, 64, true), 0, 0},
+        // The crossover's split over tokens (clusters of the token's two CTAs): f32 group scales at
+        // decode, and a tail of more tokens than clusters (134 tokens over 66 clusters: 2 left).
+        {{"fp8 g64 h128 s3 topk2048 p64 (crossover)", DType::fp8_e4m3, 128, 3, 2048, 64, 64}, 0, 0},
+        {ue8m0_case("fp8 g64 ue8m0 h96 s134 topk512 p64 (crossover tail)", 96, 134, 512, 64, 64, false), 0, 0},
     };
     uint64_t seed = 990;
     for (const SplitCase& sc : cases) check_split_case(sc, seed++);
+  }
+
+  TEST_CASE("sparse_prefill crossover: a token's two CTAs sharing the decode give the bits of one CTA each") {
+    // The crossover changes who decodes a row and where it is stored from, not the values or the
+    // order of any sum: forced on and off, the same launch must give identical bits, both at SPEC
+    // precision against the f64 reference; also split (decode plan and tail) and with all-invalid
+    // and short rows (run_case's problems). Sizes the automatic choice would run either way.
+    if (Runtime::global().arch() != "sm_90a") {
+      MESSAGE("SKIPPED: the crossover is the sm_90a kernel's (this device is ", Runtime::global().arch(), ")");
+      return;
+    }
+    const Case cases[] = {
+        ue8m0_case("fp8 g64 ue8m0 h128 s9 topk1024 p64 sink", 128, 9, 1024, 64, 64, true),
+        {"fp8 g64 h128 s6 topk512 p16 (f32 scales)", DType::fp8_e4m3, 128, 6, 512, 16, 64, true, true},
+        {"fp8 g16 h96 s5 topk384 p64 nolse", DType::fp8_e4m3, 96, 5, 384, 64, 16, false, false},
+        ds_mla_case("ds_mla ue8m0 h128 s7 topk768 p64 sink", 128, 7, 768, 64, true, true),
+        ds_mla_fp32_case("ds_mla fp32 h80 s5 topk256 p64", 80, 5, 256, 64, false),
+    };
+    uint64_t seed = 1300;
+    for (const Case& c : cases) {
+      CAPTURE(c.name);
+      const SparsePrefillParams p = params_of(c);
+      REQUIRE(sparse_prefill::sm90_plan(p).crossover);
+      const auto pb = problem_of(c, seed++);
+      DeviceProblem d(pb);
+      const auto r = ref::sparse_prefill_reference(pb);
+      DeviceBuffer ws(sparse_prefill::workspace_bytes(p, pb.num_blocks));
+      for (DeviceBuffer* w : {static_cast<DeviceBuffer*>(nullptr), &ws}) {
+        SplitRun on{w, 0, sparse_prefill::Crossover::on}, off{w, 0, sparse_prefill::Crossover::off};
+        const Outputs o_on = run_on_device(pb, d, Path::sm90, 0, nullptr, sparse_prefill::StageRows::automatic, &on);
+        const Outputs o_off = run_on_device(pb, d, Path::sm90, 0, nullptr, sparse_prefill::StageRows::automatic, &off);
+        MESSAGE(c.name, w ? " split " : " unsplit ", "parts on/off ", on.taken.parts, "/", off.taken.parts);
+        check_outputs(c, pb, r, o_on, Path::sm90);
+        check_outputs(c, pb, r, o_off, Path::sm90);
+        // The same parts (the split counts tokens either way here) give the same sums.
+        if (on.taken.parts == off.taken.parts) {
+          CHECK(o_on.out == o_off.out);
+          CHECK(o_on.lse == o_off.lse);
+        }
+      }
+    }
   }
 
   TEST_CASE("sparse_prefill fp8: a cache base at any 16-byte offset gives the same bits") {

@@ -597,6 +597,58 @@ TEST_CASE("sparse_prefill launch grid: the persistent bf16 Hopper kernel takes a
   }
 }
 
+TEST_CASE("sparse_prefill crossover: which Hopper kernels run as clusters of a token's two CTAs") {
+  using sparse_prefill::Path;
+  auto spec = [](int heads, int qg, ScaleFmt fmt = ScaleFmt::fp32, CacheLayout layout = CacheLayout::split) {
+    SparsePrefillParams p;
+    p.kv_dtype = DType::fp8_e4m3;
+    p.num_q_heads = heads;
+    p.quantization_granularity = qg;
+    p.scale_fmt = fmt;
+    p.kv_layout = layout;
+    return p;
+  };
+  // Two CTAs per token and the bf16-tile group decode, one scale per 16-element chunk: clusters of 2.
+  for (const auto& p : {spec(128, 64), spec(128, 64, ScaleFmt::ue8m0), spec(80, 16), spec(112, 192),
+                        spec(128, 128, ScaleFmt::ue8m0, CacheLayout::fp8_ds_mla), spec(96, 288)}) {
+    CAPTURE(p.num_q_heads);
+    CAPTURE(p.quantization_granularity);
+    CHECK(sparse_prefill::sm90_plan(p).crossover);
+    CHECK(generate_sparse_prefill_mode(KernelSpec{p}, Path::sm90).code.find("SparsePrefillSm90::kCrossoverAvailable == true") !=
+          std::string::npos);
+  }
+  // One CTA per token; f16 tiles (unit, per-row scales, ue8m0 groups of 192); chunks spanning two
+  // groups; a bf16 cache: no cluster.
+  SparsePrefillParams bf16;
+  bf16.kv_dtype = DType::bf16;
+  bf16.num_q_heads = 128;
+  for (const auto& p : {spec(64, 64), spec(16, 64, ScaleFmt::ue8m0), spec(128, 0), spec(128, 576),
+                        spec(128, 192, ScaleFmt::ue8m0), spec(128, 72), spec(96, 36), bf16}) {
+    CAPTURE(p.num_q_heads);
+    CAPTURE(p.quantization_granularity);
+    CHECK_FALSE(sparse_prefill::sm90_plan(p).crossover);
+    CHECK(generate_sparse_prefill_mode(KernelSpec{p}, Path::sm90).code.find("SparsePrefillSm90::kCrossoverAvailable == false") !=
+          std::string::npos);
+  }
+  // When a launch runs it: decode-sized launches by default, forced on / off; never on the
+  // portable path; `on` for a kernel without it is refused, naming the option and the spec.
+  using sparse_prefill::Crossover;
+  using sparse_prefill::crossover_taken;
+  const SparsePrefillParams g64 = spec(128, 64, ScaleFmt::ue8m0);
+  CHECK(crossover_taken(g64, Path::sm90, 1, Crossover::automatic));
+  CHECK(crossover_taken(g64, Path::sm90, sparse_prefill::kCrossoverMaxTokens, Crossover::automatic));
+  CHECK_FALSE(crossover_taken(g64, Path::sm90, sparse_prefill::kCrossoverMaxTokens + 1, Crossover::automatic));
+  CHECK(crossover_taken(g64, Path::sm90, 4096, Crossover::on));
+  CHECK_FALSE(crossover_taken(g64, Path::sm90, 1, Crossover::off));
+  CHECK_FALSE(crossover_taken(g64, Path::portable, 1, Crossover::automatic));
+  CHECK_FALSE(crossover_taken(spec(64, 64), Path::sm90, 1, Crossover::automatic));
+  for (const auto& [p, path] : {std::pair{spec(64, 64), Path::sm90}, std::pair{g64, Path::portable}, std::pair{bf16, Path::sm90}}) {
+    const std::string e = invalid_message([&] { crossover_taken(p, path, 1, Crossover::on); });
+    CHECK_MESSAGE(e.find("crossover") != std::string::npos, e);
+    CHECK_MESSAGE(e.find(KernelSpec{p}.name()) != std::string::npos, e);
+  }
+}
+
 TEST_CASE("sparse_prefill tail split: the last round's items in parts that fill the grid") {
   using sparse_prefill::tail_split;
   // The benchmark's shape on an H100: 4096 tokens x 2 head tiles = 8192 items on 132 CTAs: 62 full

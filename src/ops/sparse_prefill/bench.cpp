@@ -331,11 +331,11 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
   sparse_prefill::TailSplit split;
   auto run_mlajit = [&] {
     if (staged) run_stage();
-    split = sparse_prefill::launch(*kernel, p, path, args, stream, a.ctas, a.split_parts);
+    split = sparse_prefill::launch(*kernel, p, path, args, stream, a.ctas, a.split_parts, a.crossover);
   };
   auto run_unsplit = [&] {
     if (staged) run_stage();
-    sparse_prefill::launch(*kernel, p, path, args_unsplit, stream, a.ctas);
+    sparse_prefill::launch(*kernel, p, path, args_unsplit, stream, a.ctas, 0, a.crossover);
   };
   run_mlajit();  // the split it takes (the launches below are timed)
   const bool compare_unsplit = split.parts > 1;
@@ -406,6 +406,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
   if (staged)
     j["stage"] = {{"rows", marks ? "marked" : "all"}, {"ms_median", timings.back().median_ms}};
   j["split"] = {{"first", split.first}, {"parts", split.parts}, {"units", split.units}};
+  j["crossover"] = sparse_prefill::crossover_taken(p, path, T, a.crossover);
   if (compare_unsplit) {
     const double um = timings[with_anchor ? 3 : 1].median_ms;
     j["unsplit"] = {{"ms_median", um}, {"tflops", flops / (um * 1e-3) / 1e12}, {"speedup", um / median}};

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mlajit/params.hpp"
+#include "ops/sparse_prefill/launch.hpp"
 
 namespace mlajit::bench {
 
@@ -44,6 +45,8 @@ struct SparsePrefillBenchArgs {
   // The persistent kernel's tail split: 0 = automatic, 1 = off, N = at most N parts per split item.
   // When a split runs, the same launch without it is timed too ("unsplit" in the JSON).
   int split_parts = 0;
+  // The crossover (sparse_prefill/launch.hpp crossover_taken): automatic, or forced on / off.
+  sparse_prefill::Crossover crossover = sparse_prefill::Crossover::automatic;
   // Optional: a shared library timed side by side on the same inputs (see below); "" = none.
   std::string anchor;
 };
@@ -86,7 +89,8 @@ struct SparsePrefillBenchArgs {
 //    "anchor": {"library", "info", "ms_median", "tflops", "ratio" (anchor ms / mlajit ms: > 1 means
 //    mlajit is faster), "with_topk_length": {"ms_median", "tflops", "ratio"} (the anchor again, given
 //    the per-token lengths that mlajit always reads; timed in the same interleaved reps),
-//    "compare": {"out_rel_frobenius", "lse_max_abs_diff"}} (mlajit vs anchor). Always "split":
+//    "compare": {"out_rel_frobenius", "lse_max_abs_diff"}} (mlajit vs anchor). Always "crossover"
+//    (whether the launch ran it, sparse_prefill/launch.hpp crossover_taken) and "split":
 //    {"first", "parts", "units"} (the persistent kernel's tail split; parts 1: none), and when a
 //    split ran "unsplit": {"ms_median", "tflops", "speedup" (unsplit ms / split ms), "ratio" (with an
 //    anchor: anchor ms / unsplit ms)}, the same launch without the split in the same reps.

@@ -59,7 +59,8 @@ std::string sm90_part(const SparsePrefillParams& p, const sparse_prefill::Sm90Pl
       "    /*quant_granularity*/ {}, /*attn_sink*/ {}, /*emit_lse*/ {}, /*page_size*/ {},\n"
       "    /*fp8_math*/ {}, /*pow2_scales*/ {}{}>;\n"
       "static_assert(SparsePrefillSm90::kSmemBytes == {} && SparsePrefillSm90::kThreads == {} &&\n"
-      "              SparsePrefillSm90::kCtasPerToken == {} && SparsePrefillSm90::kPersistent == {},\n"
+      "              SparsePrefillSm90::kCtasPerToken == {} && SparsePrefillSm90::kPersistent == {} &&\n"
+      "              SparsePrefillSm90::kCrossoverAvailable == {},\n"
       "              \"host plan and device layout disagree\");\n"
       "extern \"C\" __global__ void __launch_bounds__({}, 1) {}(const __grid_constant__ SparsePrefillArgs args) {{\n"
       "  mj::sparse_prefill_sm90::run<SparsePrefillSm90>(args);\n"
@@ -68,7 +69,7 @@ std::string sm90_part(const SparsePrefillParams& p, const sparse_prefill::Sm90Pl
       cpp_bool(p.attn_sink), cpp_bool(p.emit_lse), p.page_size, cpp_bool(p.qk_math == QkMath::fp8),
       cpp_bool(fp8 && p.scale_fmt == ScaleFmt::ue8m0),
       p.kv_layout == CacheLayout::fp8_ds_mla ? ", /*ds_mla*/ true" : "", plan.smem_bytes, plan.threads, plan.head_tiles,
-      cpp_bool(plan.persistent), plan.threads, sparse_prefill::kSymbolSm90);
+      cpp_bool(plan.persistent), cpp_bool(plan.crossover), plan.threads, sparse_prefill::kSymbolSm90);
 }
 
 // The persistent kernel's tail-split combine (sm90_combine.cuh), on the Hopper side of the module.

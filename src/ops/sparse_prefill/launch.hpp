@@ -73,6 +73,18 @@ struct TailSplit {
 };
 TailSplit tail_split(int64_t items, int64_t grid, int64_t slots, int64_t indices_stride, int max_parts = 0);
 
+// The crossover (Sm90Plan::crossover: a kernel whose token's two CTAs share the fp8 decode as a
+// cluster) pays where the producer's decode bounds the kernel and rows come from HBM: decode steps,
+// whose sequences each read their own rows once (batch 1-128, next_n 1-2, 128 heads, H100:
+// 1.10-1.23x). Prefill tokens share their rows through L2, and there the cluster's lockstep and the
+// peer stores cost more than the halved decode saves (4096 tokens: 0.91-0.94x). So automatic takes
+// it for launches of at most kCrossoverMaxTokens tokens (batch x next_n of a decode step).
+enum class Crossover { automatic, on, off };
+constexpr int64_t kCrossoverMaxTokens = 512;
+// Whether a launch of `num_tokens` tokens of p on `path` runs the crossover: on / automatic where the
+// kernel has it (automatic: num_tokens <= kCrossoverMaxTokens); on where it has none: Error.
+bool crossover_taken(const SparsePrefillParams& p, Path path, int64_t num_tokens, Crossover crossover);
+
 // Launches the staging kernels of `kernel` (kernel_for(p, any path): every kv_staging bf16 module
 // holds them) on `stream`: clear + mark + convert, or convert only (rows all).
 void stage(const Kernel& kernel, const SparsePrefillStageArgs& sa, StageRows rows, Stream stream);
@@ -103,8 +115,11 @@ std::shared_ptr<const Kernel> kernel_for(const SparsePrefillParams& p, Path path
 // The persistent kernel splits its tail (tail_split) where args.partial_slots > 0 (bind_partials),
 // then launches the combine entry behind it on the same stream; max_split_parts caps the parts
 // (0 = tail_split's own limit). Returns the split it ran.
+// crossover: whether a kernel that holds the crossover body runs it (crossover_taken); on for a
+// kernel without one is an Error.
 TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, const SparsePrefillArgs& args,
-                 Stream stream, int64_t grid_ctas = 0, int max_split_parts = 0);
+                 Stream stream, int64_t grid_ctas = 0, int max_split_parts = 0,
+                 Crossover crossover = Crossover::automatic);
 // The grid launch() uses without a tail split (same rules and errors); 0 for no tokens. With a split
 // it runs min(units, the SMs or grid_ctas) CTAs: more than this only where items < that budget
 // (each item's parts then run side by side).

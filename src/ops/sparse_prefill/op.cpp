@@ -428,9 +428,21 @@ int64_t launch_ctas(const SparsePrefillParams& p, Path path, int64_t num_tokens,
   return std::min(items, persistent_ctas_budget(grid_ctas));
 }
 
+bool crossover_taken(const SparsePrefillParams& p, Path path, int64_t num_tokens, Crossover crossover) {
+  const bool available = path == Path::sm90 && sm90_supported(p) && sm90_plan(p).crossover;
+  if (crossover == Crossover::on && !available)
+    throw_invalid("sparse_prefill crossover", "on",
+                  fmt::format("a spec whose Hopper kernel has it (fp8 group scales decoded to bf16 tiles, one scale "
+                              "per 16-element chunk, 80-128 heads), on the sm90 path; params {}",
+                              KernelSpec{p}.name()));
+  if (!available || crossover == Crossover::off) return false;
+  return crossover == Crossover::on || num_tokens <= kCrossoverMaxTokens;
+}
+
 TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, const SparsePrefillArgs& args,
-                 Stream stream, int64_t grid_ctas, int max_split_parts) {
+                 Stream stream, int64_t grid_ctas, int max_split_parts, Crossover crossover) {
   int64_t ctas = launch_ctas(p, path, args.num_tokens, grid_ctas);
+  const bool xo = crossover_taken(p, path, args.num_tokens, crossover);  // (refuses `on` without one)
   TailSplit split;
   if (args.num_tokens == 0) return split;
   LaunchDims d;
@@ -439,6 +451,7 @@ TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, 
   SparsePrefillArgs a = args;
   a.split_first = 0;
   a.split_shift = 0;
+  a.crossover = 0;
   if (path == Path::sm90) {
     const Sm90Plan plan = sm90_plan(p);
     entry = kEntrySm90;
@@ -447,12 +460,24 @@ TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, 
     heads_per_cta = plan.heads_per_cta;
     const int64_t items = args.num_tokens * plan.head_tiles;
     split.first = split.units = items;
+    a.crossover = xo ? 1 : 0;
+    d.cluster[0] = xo ? 2u : 1u;
     if (split_kernel(p) && args.partials != nullptr && args.partial_slots > 0) {
       // The persistent kernel: its grid (one CTA per SM). One CTA per unit (fp8): the SMs that one
       // wave of it covers (its shared memory allows one CTA per SM), so that the last wave's items,
       // or all of them when there are fewer than SMs (decode), are split to fill it.
       const int64_t budget = plan.persistent ? persistent_ctas_budget(grid_ctas) : persistent_ctas_budget(0);
-      split = tail_split(items, budget, args.partial_slots, args.indices_stride, max_split_parts);
+      if (xo) {
+        // The crossover: a token's CTAs (one cluster) must take the same keys, so the split is one
+        // of tokens over clusters; its units and slots come in pairs, a token part's two CTAs
+        // adjacent (templates/sparse_prefill/sm90_persistent.cuh, cta_work).
+        constexpr int64_t c = 2;  // CTAs per cluster: the token's two head tiles
+        split = tail_split(args.num_tokens, budget / c, args.partial_slots / c, args.indices_stride, max_split_parts);
+        split.first *= c;
+        split.units *= c;
+      } else {
+        split = tail_split(items, budget, args.partial_slots, args.indices_stride, max_split_parts);
+      }
       if (split.parts > 1 && split.units > INT_MAX) split = TailSplit{items, 1, items};  // 32-bit units: unsplit
       if (split.parts > 1) {
         a.split_first = static_cast<int>(split.first);

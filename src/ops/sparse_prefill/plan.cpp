@@ -109,6 +109,10 @@ Sm90Plan sm90_plan(const SparsePrefillParams& spec_params) {
   plan.persistent = p.kv_dtype == DType::bf16;
   // Config::kSmemBytes (the generated source static_asserts the pairing).
   plan.smem_bytes = layout::hopper_layout(p.qk_math == QkMath::fp8, plan.persistent).smem_bytes;
+  const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
+  plan.crossover = layout::hopper_crossover(p.num_q_heads, fp8, fp8 ? p.quantization_granularity : 0,
+                                            p.qk_math == QkMath::fp8, fp8 && p.scale_fmt == ScaleFmt::ue8m0,
+                                            p.kv_layout == CacheLayout::fp8_ds_mla);
   return plan;
 }
 

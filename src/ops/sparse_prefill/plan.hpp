@@ -77,6 +77,10 @@ struct Sm90Plan {
   // ...: then the op launches min(items, SMs) CTAs (one per SM; the kernel's shared memory allows
   // no second), else one CTA per item. The bf16 kernel.
   bool persistent = false;
+  // Whether the kernel holds the crossover body (layout.h hopper_crossover: the token's two CTAs
+  // share the fp8 decode of its rows), which a launch runs in clusters of 2 split over tokens
+  // (launch.hpp: crossover_taken says when).
+  bool crossover = false;
 };
 bool sm90_supported(const SparsePrefillParams& p);
 // Whether the portable kernel computes p: every spec except qk_math fp8, whose FP8 tensor-core math
