@@ -614,8 +614,9 @@ TEST_CASE("sparse_prefill crossover: which Hopper kernels run as clusters of a t
     CAPTURE(p.num_q_heads);
     CAPTURE(p.quantization_granularity);
     CHECK(sparse_prefill::sm90_plan(p).crossover);
-    CHECK(generate_sparse_prefill_mode(KernelSpec{p}, Path::sm90).code.find("SparsePrefillSm90::kCrossoverAvailable == true") !=
-          std::string::npos);
+    const std::string code = generate_sparse_prefill_mode(KernelSpec{p}, Path::sm90).code;
+    CHECK(code.find("SparsePrefillSm90::kCrossoverAvailable == true") != std::string::npos);
+    CHECK(code.find("launches of at most 512 tokens take it") != std::string::npos);
   }
   // One CTA per token; f16 tiles (unit, per-row scales, ue8m0 groups of 192); chunks spanning two
   // groups; a bf16 cache: no cluster.

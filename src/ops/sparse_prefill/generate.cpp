@@ -53,7 +53,7 @@ std::string portable_part(const SparsePrefillParams& p, const sparse_prefill::Po
 std::string sm90_part(const SparsePrefillParams& p, const sparse_prefill::Sm90Plan& plan) {
   const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
   return fmt::format(
-      "// Hopper path: {} CTA(s) of {} threads per token, {} B shared memory.\n"
+      "// Hopper path: {} CTA(s) of {} threads per token, {} B shared memory.{}\n"
       "#include \"sparse_prefill/sm90.cuh\"\n"
       "using SparsePrefillSm90 = mj::sparse_prefill_sm90::Config</*num_heads*/ {}, /*kv_fp8*/ {},\n"
       "    /*quant_granularity*/ {}, /*attn_sink*/ {}, /*emit_lse*/ {}, /*page_size*/ {},\n"
@@ -65,7 +65,12 @@ std::string sm90_part(const SparsePrefillParams& p, const sparse_prefill::Sm90Pl
       "extern \"C\" __global__ void __launch_bounds__({}, 1) {}(const __grid_constant__ SparsePrefillArgs args) {{\n"
       "  mj::sparse_prefill_sm90::run<SparsePrefillSm90>(args);\n"
       "}}\n",
-      plan.head_tiles, plan.threads, plan.smem_bytes, p.num_q_heads, cpp_bool(fp8), fp8 ? p.quantization_granularity : 0,
+      plan.head_tiles, plan.threads, plan.smem_bytes,
+      plan.crossover ? fmt::format("\n// Both bodies, with and without the crossover (the token's two CTAs as a cluster "
+                                   "sharing the fp8 decode): launches of at most {} tokens take it.",
+                                   sparse_prefill::kCrossoverMaxTokens)
+                     : std::string(),
+      p.num_q_heads, cpp_bool(fp8), fp8 ? p.quantization_granularity : 0,
       cpp_bool(p.attn_sink), cpp_bool(p.emit_lse), p.page_size, cpp_bool(p.qk_math == QkMath::fp8),
       cpp_bool(fp8 && p.scale_fmt == ScaleFmt::ue8m0),
       p.kv_layout == CacheLayout::fp8_ds_mla ? ", /*ds_mla*/ true" : "", plan.smem_bytes, plan.threads, plan.head_tiles,
