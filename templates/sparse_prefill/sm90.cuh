@@ -16,6 +16,9 @@
 //               with a tail split (args.split_shift > 0) the walk covers units instead, and
 //               mlajit_sparse_prefill_sm90_combine (combine<Cfg>, kCombineThreads) runs after it
 //               on grid (split items, kHeadsPerCta)
+//         cluster = (2, 1, 1) when args.crossover = 1 (only where Cfg::kCrossoverAvailable): a token's
+//               two CTAs, its split counting token units (sm90_persistent.cuh, cta_work_crossover);
+//               else none
 //         block = (Cfg::kThreads = 384, 1, 1)
 //         dynamic shared memory = Cfg::kSmemBytes (sparse_prefill/layout.h hopper_layout; above 48 KB,
 //         so it needs the opt-in CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
@@ -173,6 +176,8 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
       r.rope1_empty = bars + 4u * kMbarBytes;
     }
     if constexpr (C::kCrossover) {
+      // One offset for the whole window: mapa maps a CTA's shared window linearly onto the peer's
+      // (one mapa per address, as CUTLASS does, would give the same addresses).
       const u32 base = sm90::smem_addr(smem_raw);
       r.peer_delta = cluster::map_shared(base, cluster::rank() ^ 1u) - base;
     }
