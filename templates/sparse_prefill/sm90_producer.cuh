@@ -316,9 +316,9 @@ template <class C>
 struct Fp8Producer {
   using Plan = Fp8PlanRows<C::kCrossover ? 1 : 2>;
   using Scales = Fp8Scales<C>;
-  // Loads in flight per thread (divides 36, so ring slots repeat each step): 6 x 16 B x 128 threads
-  // = 12 KB per SM in flight, enough for ~14 B/clk at ~800 clk L2 latency. Two scale floats per
-  // chunk (and the group-boundary decode) leave registers for shorter windows only.
+  // Loads in flight per thread (divides the chunks of a step, so ring slots repeat each step):
+  // 6 x 16 B x 128 threads = 12 KB per SM in flight, enough for ~14 B/clk at ~800 clk L2 latency.
+  // Two scale floats per chunk (and the group-boundary decode) leave registers for shorter windows.
   static constexpr int kWindow = C::kCrossover ? MJ_SP90_CROSSOVER_WINDOW
                                  : C::kF16Group ? kF16GroupWindow
                                  : C::kF16 ? kF16Window
