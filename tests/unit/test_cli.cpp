@@ -130,6 +130,12 @@ TEST_CASE("cli: usage errors exit 2 and name what was wrong") {
   CHECK(cli("bench sparse_prefill --shape split_parts=257").code == 2);
   CHECK(last_stderr().find("--shape split_parts: got 257, expected 0 (automatic), 1 (no tail split) or a cap") !=
         std::string::npos);
+  // crossover: auto, 0 or 1, and 1 only for a kernel that has it, checked before any GPU use.
+  CHECK(cli("bench sparse_prefill --shape crossover=2").code == 2);
+  CHECK(last_stderr().find("--shape crossover: got 2, expected auto | 0 | 1") != std::string::npos);
+  CHECK(cli("bench sparse_prefill --shape crossover=1").code == 2);
+  CHECK(last_stderr().find("crossover: got 1, expected 0 or auto unless the kernel has the crossover") !=
+        std::string::npos);
   CHECK(cli("bench kv_cache_store --anchor /nonexistent.so").code == 2);
   CHECK(last_stderr().find("only with OP mla_indexer or sparse_prefill") != std::string::npos);
   CHECK(cli("bench mla_indexer --anchor /nonexistent.so").code == 2);
