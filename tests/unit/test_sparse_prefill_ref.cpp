@@ -614,6 +614,7 @@ TEST_CASE("sparse_prefill crossover: which Hopper kernels run as clusters of a t
     CAPTURE(p.num_q_heads);
     CAPTURE(p.quantization_granularity);
     CHECK(sparse_prefill::sm90_plan(p).crossover);
+    CHECK(sparse_prefill::crossover_kernel(p));
     const std::string code = generate_sparse_prefill_mode(KernelSpec{p}, Path::sm90).code;
     CHECK(code.find("SparsePrefillSm90::kCrossoverAvailable == true") != std::string::npos);
     CHECK(code.find("launches of at most 512 tokens take it") != std::string::npos);
@@ -627,7 +628,7 @@ TEST_CASE("sparse_prefill crossover: which Hopper kernels run as clusters of a t
                         spec(128, 192, ScaleFmt::ue8m0), spec(128, 72), spec(96, 36), bf16}) {
     CAPTURE(p.num_q_heads);
     CAPTURE(p.quantization_granularity);
-    CHECK_FALSE(sparse_prefill::sm90_plan(p).crossover);
+    CHECK_FALSE(sparse_prefill::crossover_kernel(p));
     CHECK(generate_sparse_prefill_mode(KernelSpec{p}, Path::sm90).code.find("SparsePrefillSm90::kCrossoverAvailable == false") !=
           std::string::npos);
   }

@@ -130,9 +130,7 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
                   "ctas", a.ctas, "0 unless the kernel is the persistent Hopper one (a bf16 cache, path auto or sm90)");
   // Forcing the crossover on: only a Hopper kernel that has it (checked here too, before any GPU use).
   if (a.crossover == sparse_prefill::Crossover::on)
-    MLAJIT_EXPECT(requested != sparse_prefill::Path::portable && sparse_prefill::sm90_supported(p) &&
-                      sparse_prefill::sm90_plan(p).crossover,
-                  "crossover", 1,
+    MLAJIT_EXPECT(requested != sparse_prefill::Path::portable && sparse_prefill::crossover_kernel(p), "crossover", 1,
                   "0 or auto unless the kernel has the crossover (fp8 group scales decoded to bf16 tiles, one scale per "
                   "16-element chunk, 80-128 heads; path auto or sm90)");
   const bool with_anchor = !a.anchor.empty();

@@ -429,7 +429,7 @@ int64_t launch_ctas(const SparsePrefillParams& p, Path path, int64_t num_tokens,
 }
 
 bool crossover_taken(const SparsePrefillParams& p, Path path, int64_t num_tokens, Crossover crossover) {
-  const bool available = path == Path::sm90 && sm90_supported(p) && sm90_plan(p).crossover;
+  const bool available = path == Path::sm90 && crossover_kernel(p);
   if (crossover == Crossover::on && !available)
     throw_invalid("sparse_prefill crossover", "on",
                   fmt::format("a spec whose Hopper kernel has it (fp8 group scales decoded to bf16 tiles, one scale "

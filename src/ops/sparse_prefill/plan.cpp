@@ -40,6 +40,8 @@ bool persistent_kernel(const SparsePrefillParams& p) { return sm90_supported(p) 
 
 bool split_kernel(const SparsePrefillParams& p) { return sm90_supported(p) && p.qk_math != QkMath::fp8; }
 
+bool crossover_kernel(const SparsePrefillParams& p) { return sm90_supported(p) && sm90_plan(p).crossover; }
+
 // Measured on an H200 (2026-11-21; s_q 4096, H 128, top-k 2048, s_kv 32K, b_topk 64; TFLOP/s):
 //   bf16:                 Hopper 450, portable 241.
 //   fp8 granularity 0:    Hopper 400, portable 212.    fp8 granularity 576: Hopper 370, portable 209.

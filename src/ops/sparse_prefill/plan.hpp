@@ -94,6 +94,9 @@ bool persistent_kernel(const SparsePrefillParams& p);
 // the one-item-per-CTA fp8 kernels' decode plan and tail; not qk_math fp8): its module holds the
 // combine entry and its workspace the partial slots.
 bool split_kernel(const SparsePrefillParams& p);
+// Whether p's Hopper kernel holds the crossover body (Sm90Plan::crossover; launch.hpp
+// crossover_taken says when a launch runs it).
+bool crossover_kernel(const SparsePrefillParams& p);
 // Where both kernels can run (sm_90a and sm90_supported), whether the automatic path takes the
 // Hopper one. A measured policy: see the numbers next to the definition.
 bool sm90_preferred(const SparsePrefillParams& p);
