@@ -115,9 +115,10 @@ class Module {
 // Raises CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (needed for more than 48 KB).
 void set_max_dynamic_smem(Function f, unsigned bytes);
 // cuLaunchKernelEx with `args` (a by-value struct) as kernelParams[0]; `cluster` (nullable, or
-// {1, 1, 1}: none) launches thread-block clusters of that shape.
+// {1, 1, 1}: none) launches thread-block clusters of that shape; `programmatic` allows the launch to
+// overlap the stream's previous kernel (LaunchDims::programmatic).
 void launch(Function f, const unsigned grid[3], const unsigned block[3], unsigned smem_bytes, Stream s,
-            const void* args, const unsigned* cluster = nullptr);
+            const void* args, const unsigned* cluster = nullptr, bool programmatic = false);
 // The same launch through plain cuLaunchKernel: the baseline that runtime overhead is measured against.
 void launch_raw(Function f, const unsigned grid[3], const unsigned block[3], unsigned smem_bytes, Stream s,
                 const void* args);

@@ -19,6 +19,11 @@ struct LaunchDims {
   // Thread-block cluster shape (CTAs per cluster along each grid dimension; the grid must be a
   // multiple of it). {1, 1, 1}: no cluster attribute. Up to 8 CTAs (the portable cluster size).
   unsigned cluster[3] = {1, 1, 1};
+  // Programmatic dependent launch (sm_90+): the kernel may start before the one ahead of it on
+  // the stream has finished, once every CTA of that one has signalled or exited; it must wait for
+  // it before reading its outputs (templates/common/grid_dependency.cuh). Stream order still holds
+  // for everything else, and a CUDA graph capture records the edge as programmatic.
+  bool programmatic = false;
 };
 
 // One loaded module of one KernelSpec on one device/context.

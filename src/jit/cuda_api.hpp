@@ -46,9 +46,11 @@ constexpr int CU_TENSOR_MAP_L2_PROMOTION_NONE = 0;
 constexpr int CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3;
 constexpr int CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0;  // out-of-bounds elements read as zeros
 
-// cuda.h: CUlaunchAttribute is {id; pad to 8; 64-byte value union}. The only attribute passed is
-// the cluster shape (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: value.clusterDim = {x, y, z}).
+// cuda.h: CUlaunchAttribute is {id; pad to 8; 64-byte value union}. The attributes passed: the
+// cluster shape (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: value.clusterDim = {x, y, z}) and the
+// programmatic stream serialization (value.programmaticStreamSerializationAllowed = 1).
 constexpr int CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4;
+constexpr int CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
 struct CUlaunchAttribute {
   int id;
   char pad[4];
@@ -57,6 +59,7 @@ struct CUlaunchAttribute {
     struct {
       unsigned x, y, z;
     } clusterDim;
+    int programmaticStreamSerializationAllowed;
   } value;
 };
 static_assert(sizeof(CUlaunchAttribute) == 72, "CUlaunchAttribute layout must match cuda.h");

@@ -290,23 +290,28 @@ void encode_tma_tiled(void* map, TmaDataType type, unsigned rank, const void* gl
 }
 
 void launch(Function f, const unsigned grid[3], const unsigned block[3], unsigned smem_bytes, Stream s,
-            const void* args, const unsigned* cluster) {
+            const void* args, const unsigned* cluster, bool programmatic) {
   CUlaunchConfig cfg{grid[0], grid[1], grid[2], block[0], block[1], block[2], smem_bytes,
                      static_cast<CUstream>(s), nullptr, 0};
-  CUlaunchAttribute attr{};
+  CUlaunchAttribute attrs[2]{};
   const bool clustered = cluster && cluster[0] * cluster[1] * cluster[2] > 1;
   if (clustered) {
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim = {cluster[0], cluster[1], cluster[2]};
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    CUlaunchAttribute& a = attrs[cfg.numAttrs++];
+    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a.value.clusterDim = {cluster[0], cluster[1], cluster[2]};
   }
+  if (programmatic) {
+    CUlaunchAttribute& a = attrs[cfg.numAttrs++];
+    a.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    a.value.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cfg.numAttrs > 0) cfg.attrs = attrs;
   void* params[1] = {const_cast<void*>(args)};
   CUresult r = api().cuLaunchKernelEx(&cfg, static_cast<CUfunction>(f), params, nullptr);
   if (r != CUDA_SUCCESS)
-    check(r, fmt::format("cuLaunchKernelEx(grid {}x{}x{}, block {}x{}x{}, smem {}, cluster {}x{}x{})", grid[0],
+    check(r, fmt::format("cuLaunchKernelEx(grid {}x{}x{}, block {}x{}x{}, smem {}, cluster {}x{}x{}{})", grid[0],
                          grid[1], grid[2], block[0], block[1], block[2], smem_bytes, clustered ? cluster[0] : 1,
-                         clustered ? cluster[1] : 1, clustered ? cluster[2] : 1)
+                         clustered ? cluster[1] : 1, clustered ? cluster[2] : 1, programmatic ? ", programmatic" : "")
               .c_str());
 }
 

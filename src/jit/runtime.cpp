@@ -78,7 +78,7 @@ class LoadedKernel final : public Kernel {
                     fmt::format("{}x{}x{} (grid {}x{}x{})", d.cluster[0], d.cluster[1], d.cluster[2], d.grid[0],
                                 d.grid[1], d.grid[2]),
                     "1 to 8 CTAs that divide the grid in every dimension");
-    driver::launch(functions_[entry], d.grid, d.block, d.smem_bytes, stream, args, d.cluster);
+    driver::launch(functions_[entry], d.grid, d.block, d.smem_bytes, stream, args, d.cluster, d.programmatic);
   }
 
  private:

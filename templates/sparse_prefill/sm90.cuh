@@ -121,6 +121,11 @@
 //   shared memory alive while the peer writes it. A kernel that has the crossover holds both bodies
 //   and args.crossover picks one per launch (the host: decode-sized launches, launch.hpp
 //   crossover_taken; at prefill, where tokens share rows through L2, the lockstep costs more).
+// Block schedule (Config::kBlockSchedule; sparse_prefill/sm90_block.cuh): for the fp8 kernels
+//   whose producer decodes chunk by chunk, each 64-key block is scored by WG0 alone and its P V
+//   split between both warpgroups, P handed over in the stage's rope tile; a stage is freed per
+//   block instead of after the step's last P V. MJ_SP90_BLOCK_REGS gives the body without the
+//   crossover FlashMLA's register budgets (producer 152, WG0 192, WG1 160) and a deeper window.
 // Proxy ordering: stage data are written through the generic proxy (cp.async, st.shared) and read
 // by wgmma through the async proxy; each consumer fences after acquiring a full barrier (a
 // producer-side fence would be a MEMBAR that waits for the producer's in-flight loads): the full
@@ -134,6 +139,7 @@
 //   sparse_prefill/sm90_producer.cuh   the producer warpgroup: index resolution, bf16 and fp8 gathers
 //   sparse_prefill/sm90_combine.cuh    the tail split's partial slots and the combine entry
 //   sparse_prefill/sm90_consumer.cuh   the consumer warpgroups: Q K^T, softmax, P V, epilogue
+//   sparse_prefill/sm90_block.cuh      their block schedule (Config::kBlockSchedule)
 //   sparse_prefill/sm90_persistent.cuh which items a CTA works on: one per CTA, or the persistent walk
 //   sparse_prefill/sm90_fp8math.cuh    the FP8-math kernel (params qk_math fp8)
 //   sparse_prefill/sm90.cuh            this file: the entry run<Config>()
@@ -143,6 +149,7 @@
 #include "sparse_prefill/sm90_combine.cuh"
 #include "sparse_prefill/sm90_persistent.cuh"
 #include "sparse_prefill/sm90_fp8math.cuh"
+#include "sparse_prefill/sm90_block.cuh"
 
 namespace mj {
 namespace sparse_prefill_sm90 {
@@ -160,6 +167,9 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
       return;
     }
   }
+  // The combine behind a split launch is launched programmatically: its CTAs may take the SMs
+  // this grid leaves free once every CTA of it has started (a no-op without a dependent).
+  grid_dependency::launch_dependents();
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const Smem s = [&] {
     Smem r = carve_smem(smem_raw, C::kMiscBytes);
@@ -167,6 +177,12 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
     r.rowsum = reinterpret_cast<float*>(smem_raw + C::kOffRowSum);
     r.bias = reinterpret_cast<float*>(smem_raw + C::kOffBias);
     r.colscale = reinterpret_cast<float*>(smem_raw + C::kOffColScale);
+    if constexpr (C::kBlockSchedule) {
+      const u32 base = sm90::smem_addr(smem_raw);
+      r.p_full[0] = base + C::kOffMax;  // the max hand-off array: unused by the block schedule
+      r.p_full[1] = base + C::kOffMax + kMbarBytes;
+      r.xfer = reinterpret_cast<float*>(smem_raw + (r.p1 - base));  // WG1's P tile: likewise
+    }
     if constexpr (C::kPersistent) {
       const u32 bars = sm90::smem_addr(smem_raw + C::kOffItemBars);
       r.q_full = bars;
@@ -191,7 +207,21 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
   if (threadIdx.x == 0) {
     // full: fp8 plain arrivals; bf16 + one cp.async arrival each. empty: one warpgroup per half
     // (the crossover: that warpgroup of both CTAs).
-    init_barriers(s, C::kFp8 ? 128u : 256u, C::kCrossover ? 256u : 128u, C::kCrossover ? 256u : 128u);
+    if constexpr (C::kBlockSchedule) {
+      // empty: left halves WG0, right halves WG0 + WG1 (the crossover: of both CTAs).
+#pragma unroll
+      for (int st = 0; st < 2; ++st) {
+        sm90::mbar_init(s.full[st][0], 128u);
+        sm90::mbar_init(s.full[st][1], 128u);
+        sm90::mbar_init(s.empty[st][0], 128u + C::kPeerReleasesPerWg);
+        sm90::mbar_init(s.empty[st][1], 256u + 2u * C::kPeerReleasesPerWg);
+        sm90::mbar_init(s.p_full[st], 128u);
+      }
+      sm90::mbar_init(s.max1_ready, 32u);
+      sm90::mbar_init(s.rowsum_ready, 256u);
+    } else {
+      init_barriers(s, C::kFp8 ? 128u : 256u, 128u + C::kPeerReleasesPerWg, 128u + C::kPeerReleasesPerWg);
+    }
     if constexpr (C::kPersistent) {
       sm90::mbar_init(s.q_full, 128u);  // the producer's cp.async arrivals
       sm90::mbar_init(s.q_free, 256u);
@@ -236,6 +266,25 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
         produce_fp8_lines<C>(args, s, token, first_slot, topk_len, steps);
       } else {
         produce_fp8<C>(args, s, token, first_slot, topk_len, steps);
+      }
+    } else if constexpr (C::kBlockSchedule) {
+      // The query tile first, at the entry budget (one static bar.sync of kBarQReady for both
+      // warpgroups), then each warpgroup's whole path under its own budget: ptxas allocates code
+      // that both reach after a join under the smaller one, so nothing is shared past setmaxnreg.
+      const int lane = static_cast<int>(threadIdx.x) & 31;
+      Lane ln;
+      set_lane(ln, wg, lane);
+      const float q_unscale = load_q<C>(args, s, token, head0);
+      if (wg == 0) {
+        sm90::setmaxnreg_inc<C::kConsumerRegs>();
+        block_wg0<C>(args, s, ln, lane, token, head0, steps, q_unscale, work.slot);
+      } else {
+        if constexpr (C::kWg1Regs < C::kEntryRegs) {  // (.inc below the entry count is illegal)
+          sm90::setmaxnreg_dec<C::kWg1Regs>();
+        } else {
+          sm90::setmaxnreg_inc<C::kWg1Regs>();
+        }
+        block_wg1<C>(args, s, ln, lane, token, head0, steps, work.slot);
       }
     } else {
       sm90::setmaxnreg_inc<C::kConsumerRegs>();

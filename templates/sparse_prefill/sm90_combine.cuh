@@ -3,6 +3,7 @@
 // (store_partial, called by the consumers' epilogue) and the combine entry that merges the parts of
 // each split item (sparse_prefill/sm90_persistent.cuh says which items are split). The slot size is
 // sparse_prefill/layout.h's, which the host sizes the workspace with.
+#include "common/grid_dependency.cuh"
 #include "sparse_prefill/sm90_config.cuh"
 
 namespace mj {
@@ -49,6 +50,9 @@ MJ_DEVICE int partial_offset(int r, int d) {
 //   M = max m_j over the parts with l_j > 0,  w_j = exp2(m_j - M),  L = sum_j w_j l_j,
 //   out = sum_j w_j o_j / (L + [sink] exp2(sink log2 e - M)),  lse = (M + log2 L) ln 2,
 // the epilogue's formulas (finish) with the whole item's max and sums; L = 0: out 0, lse +inf.
+// The host launches it programmatically (LaunchDims::programmatic): its CTAs may start on SMs the
+// attention kernel leaves free and wait there for that kernel's completion (common/grid_dependency.cuh),
+// so the slots are read with plain loads after the wait.
 using sparse_prefill_layout::kCombineThreads;
 template <class C>
 MJ_DEVICE void combine(const SparsePrefillArgs& a) {
@@ -58,21 +62,22 @@ MJ_DEVICE void combine(const SparsePrefillArgs& a) {
   const int head0 = (item % C::kCtasPerToken) * C::kHeadsPerCta;
   const float* slots = a.partials + static_cast<i64>(x) * parts * kPartialSlotFloats;
   const int d = 4 * static_cast<int>(threadIdx.x);
+  grid_dependency::wait_prerequisites();
   float M = kMaxInit;
   for (int j = 0; j < parts; ++j) {
-    const float2 ml = __ldg(reinterpret_cast<const float2*>(slots + j * kPartialSlotFloats + 64 * kVDim + 2 * r));
+    const float2 ml = *reinterpret_cast<const float2*>(slots + j * kPartialSlotFloats + 64 * kVDim + 2 * r);
     if (ml.y > 0.0f) M = fmaxf(M, ml.x);
   }
   float L = 0.0f;
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   for (int j = 0; j < parts; ++j) {
     const float* slot = slots + j * kPartialSlotFloats;
-    const float2 ml = __ldg(reinterpret_cast<const float2*>(slot + 64 * kVDim + 2 * r));
+    const float2 ml = *reinterpret_cast<const float2*>(slot + 64 * kVDim + 2 * r);
     if (ml.y > 0.0f) {
       const float w = fast_exp2(ml.x - M);
       L += w * ml.y;
-      const float2 v0 = __ldg(reinterpret_cast<const float2*>(slot + partial_offset(r, d)));
-      const float2 v1 = __ldg(reinterpret_cast<const float2*>(slot + partial_offset(r, d + 2)));
+      const float2 v0 = *reinterpret_cast<const float2*>(slot + partial_offset(r, d));
+      const float2 v1 = *reinterpret_cast<const float2*>(slot + partial_offset(r, d + 2));
       acc.x += w * v0.x;
       acc.y += w * v0.y;
       acc.z += w * v1.x;

@@ -117,16 +117,40 @@ struct Config {
   static_assert(!kCrossover || (kGroupScale && !kF16Group && !kPersistent && kCtasPerToken == 2),
                 "crossover: the bf16-tile group decode of a two-CTA token");
 
+  // The block schedule (sparse_prefill/sm90_block.cuh): each 64-key block scored by WG0 alone, its
+  // P V split between both warpgroups, a stage freed per block. For the one-item fp8 kernels whose
+  // producer decodes chunk by chunk (Fp8Producer: group scales), where it is faster at decode and
+  // no slower at prefill (docs/decisions/sparse_prefill.md); MJ_SP90_BLOCK_SCHEDULE 0 (an NVRTC
+  // option, part of the cache key) builds the prefill schedule instead, for A/B measurements.
+#ifndef MJ_SP90_BLOCK_SCHEDULE
+#define MJ_SP90_BLOCK_SCHEDULE 1
+#endif
+  static constexpr bool kBlockSchedule =
+      MJ_SP90_BLOCK_SCHEDULE && KV_FP8 && !FP8_MATH && !kPersistent && (!kF16 || kF16Group);
+
+  // The crossover's releases of the peer's halves: one per consumer thread.
+  static constexpr u32 kPeerReleasesPerWg = kCrossover ? 128u : 0u;
+
   static constexpr int kThreads = sparse_prefill_layout::kHopperThreads;  // WG0, WG1 consumers; WG2 producer
   // Register budgets after setmaxnreg: consumers hold a 64x256 f32 accumulator (128 regs), a 64x64
   // score tile (32) and its bf16 copy (16); the producer needs few.
-  static constexpr int kProducerRegs = 72;
-  static constexpr int kConsumerRegs = 216;
+  // The block schedule's register split (MJ_SP90_BLOCK_REGS 1, FlashMLA's sparse decode budgets),
+  // for the body without the crossover: WG1 holds only its accumulator (160), WG0 its accumulator,
+  // scores and P (192), the producer a deeper window of loads (152: Fp8Producer::kWindow, 12).
+  // Measured faster at prefill and slower at 64-head decode; with the crossover (window 9) slower
+  // (docs/decisions/sparse_prefill.md). 0: 72 / 216 / 216 as the prefill schedule.
+#ifndef MJ_SP90_BLOCK_REGS
+#define MJ_SP90_BLOCK_REGS 0
+#endif
+  static constexpr bool kBlockRegs = kBlockSchedule && !kCrossover && MJ_SP90_BLOCK_REGS;
+  static constexpr int kProducerRegs = kBlockRegs ? 152 : 72;
+  static constexpr int kConsumerRegs = kBlockRegs ? 192 : 216;  // WG0, and WG1 outside the block split
+  static constexpr int kWg1Regs = kBlockRegs ? 160 : kConsumerRegs;
   // setmaxnreg moves registers inside the CTA's launch allocation: kThreads x the entry cap
   // (65536 / 384 rounded down to a multiple of 8 = 168), i.e. 64512, not the SM's 65536. Asking
   // for more makes the consumers' allocation spin forever.
   static constexpr int kEntryRegs = (65536 / kThreads) / 8 * 8;
-  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * kEntryRegs,
+  static_assert(128 * (kProducerRegs + kConsumerRegs + kWg1Regs) <= kThreads * kEntryRegs,
                 "setmaxnreg budgets exceed the CTA's register allocation");
 
   // Shared memory (sparse_prefill/layout.h): bookkeeping first, then the 1024-byte-aligned tiles.
@@ -173,6 +197,12 @@ struct Smem {
   // Crossover kernels (Config::kCrossover): the peer CTA's shared::cluster address of a local one is
   // that address + peer_delta (mapa of the window's base); 0 otherwise.
   u32 peer_delta;
+  // Block schedule (Config::kBlockSchedule, sm90_block.cuh): WG0 -> WG1 per block, P of the block in
+  // its stage's rope tile, and in `xfer` the rows' rescale factors [2 stages][64], then their
+  // running max after the block [2][64]. p_full[stage]: 128 arrivals (WG0) per block. Both live in
+  // regions the block schedule leaves unused (the max hand-off array, WG1's P tile).
+  u32 p_full[2];
+  float* xfer;
 };
 
 MJ_DEVICE Smem carve_smem(unsigned char* base, int misc_bytes) {

@@ -185,32 +185,45 @@ MJ_DEVICE void produce_bf16(const SparsePrefillArgs& a, const Smem& s, i64 token
 // tile). Loads run kWindow chunks ahead of the decode in a register ring, across half and step
 // boundaries (the next step's rows are resolved one step early), so L2 latency stays hidden while
 // the thread decodes.
-template <int R>
+// BLOCK: the halves in the block schedule's order (sm90_block.cuh: stage 0 left, stage 0 right,
+// stage 1 left, stage 1 right, each block whole before the next); otherwise the prefill schedule's.
+template <int R, bool BLOCK = false>
 struct Fp8PlanRows {
   static_assert(R == 1 || R == 2, "rows per block and thread");
   static constexpr int kRows = R;
   // Closed forms (no recursion), so that they fold to constants once the chunk loop is unrolled.
   static constexpr int kChunks = 18 * R;
   // half h in consumer order: 0 = stage 0 left, 1 = stage 1 right, 2 = stage 0 right, 3 = stage 1 left
-  __host__ __device__ static constexpr int stage(int h) { return h & 1; }
-  __host__ __device__ static constexpr int side(int h) { return (h == 1 || h == 2) ? 1 : 0; }  // 1: tiles 4..8
+  // (BLOCK: 0 = stage 0 left, 1 = stage 0 right, 2 = stage 1 left, 3 = stage 1 right)
+  __host__ __device__ static constexpr int stage(int h) { return BLOCK ? h >> 1 : h & 1; }
+  __host__ __device__ static constexpr int side(int h) {  // 1: tiles 4..8
+    return BLOCK ? h & 1 : (h == 1 || h == 2) ? 1 : 0;
+  }
+  // Whether half h is the first of its stage in this order (its stage's key bias is published there).
+  __host__ __device__ static constexpr bool opens_stage(int h) { return BLOCK ? side(h) == 0 : side(h) == stage(h); }
   __host__ __device__ static constexpr int first_tile(int h) { return side(h) ? kLeftTiles : 0; }
   __host__ __device__ static constexpr int tiles(int h) { return side(h) ? kQkTiles - kLeftTiles : kLeftTiles; }
-  __host__ __device__ static constexpr int first_chunk(int h) { return R * (h == 0 ? 0 : h == 1 ? 4 : h == 2 ? 9 : 14); }
-  __host__ __device__ static constexpr int half_of(int i) { return i < 4 * R ? 0 : i < 9 * R ? 1 : i < 14 * R ? 2 : 3; }
+  __host__ __device__ static constexpr int first_chunk(int h) {
+    return h == 0 ? 0 : h == 1 ? R * tiles(0) : h == 2 ? R * (tiles(0) + tiles(1)) : R * (tiles(0) + tiles(1) + tiles(2));
+  }
+  __host__ __device__ static constexpr int half_of(int i) {
+    return i < first_chunk(1) ? 0 : i < first_chunk(2) ? 1 : i < first_chunk(3) ? 2 : 3;
+  }
   __host__ __device__ static constexpr int row_of(int i) { return (i - first_chunk(half_of(i))) / tiles(half_of(i)); }
   __host__ __device__ static constexpr int tile_of(int i) {
     return first_tile(half_of(i)) + (i - first_chunk(half_of(i))) % tiles(half_of(i));
   }
 };
-template <int R>
+template <int R, bool BLOCK>
 constexpr bool fp8_plan_tiles_step() {
-  using P = Fp8PlanRows<R>;
+  using P = Fp8PlanRows<R, BLOCK>;
   return P::first_chunk(1) == P::first_chunk(0) + R * P::tiles(0) &&
          P::first_chunk(2) == P::first_chunk(1) + R * P::tiles(1) &&
          P::first_chunk(3) == P::first_chunk(2) + R * P::tiles(2) && P::kChunks == P::first_chunk(3) + R * P::tiles(3);
 }
-static_assert(fp8_plan_tiles_step<1>() && fp8_plan_tiles_step<2>(),
+static_assert(fp8_plan_tiles_step<1, false>() && fp8_plan_tiles_step<2, false>() && fp8_plan_tiles_step<1, true>() &&
+                  fp8_plan_tiles_step<2, true>() && Fp8PlanRows<2>::first_chunk(3) == 28 &&
+                  Fp8PlanRows<2, true>::first_chunk(3) == 26,
               "fp8 chunk plan: halves must tile the chunks of a step");
 using Fp8Plan = Fp8PlanRows<2>;
 
@@ -314,12 +327,13 @@ constexpr int kF16GroupWindow = 6;
 #endif
 template <class C>
 struct Fp8Producer {
-  using Plan = Fp8PlanRows<C::kCrossover ? 1 : 2>;
+  using Plan = Fp8PlanRows<C::kCrossover ? 1 : 2, C::kBlockSchedule>;
   using Scales = Fp8Scales<C>;
   // Loads in flight per thread (divides the chunks of a step, so ring slots repeat each step):
   // 6 x 16 B x 128 threads = 12 KB per SM in flight, enough for ~14 B/clk at ~800 clk L2 latency.
   // Two scale floats per chunk (and the group-boundary decode) leave registers for shorter windows.
-  static constexpr int kWindow = C::kCrossover ? MJ_SP90_CROSSOVER_WINDOW
+  static constexpr int kWindow = C::kBlockRegs ? 12
+                                 : C::kCrossover ? MJ_SP90_CROSSOVER_WINDOW
                                  : C::kF16Group ? kF16GroupWindow
                                  : C::kF16 ? kF16Window
                                  : Scales::kPerChunk < 2 ? 6
@@ -346,12 +360,12 @@ struct Fp8Producer {
   u32 raw[kWindow][4];
   Scales sc[kWindow];
   // kDsMla: a rope chunk (tile 8) is 16 bf16 = 32 bytes, two loads: the second 16 bytes of the
-  // chunk of row k. Rope chunks are 5 chunks apart (the right halves' rows), so with a window of 6
-  // at most two are in flight, of rows 0 and 1 (the crossover: of halves 1 and 2).
+  // chunk of row k. Two rope chunks in flight at once are of rows 0 and 1, or with one row per block
+  // (the crossover) of the two right halves: rope_slot keeps them apart.
   u32 rope[C::kDsMla ? 2 : 1][4];
   template <int J>
   __host__ __device__ static constexpr int rope_slot() {
-    return Plan::kRows == 2 ? (Plan::row_of(J) & 1) : (Plan::half_of(J) == 2 ? 1 : 0);
+    return Plan::kRows == 2 ? (Plan::row_of(J) & 1) : (Plan::half_of(J) >= 2 ? 1 : 0);
   }
   // The row of chunk J's block among rows[b][k] (the crossover: a select on the rank, not a
   // run-time array index, which would put the row arrays in local memory).
@@ -463,7 +477,7 @@ struct Fp8Producer {
       // (The crossover: the half is free once both CTAs' consumers released it, since this thread
       // writes it in both; the empty barriers count both.)
       sm90::mbar_wait(s.empty[st][side], empty_parity);
-      if constexpr (side == st) {  // a stage's first half: publish its key bias / per-row scales
+      if constexpr (Plan::opens_stage(h)) {  // a stage's first half: publish its key bias / per-row scales
         if constexpr (C::kF16Group) {
           if ((c >> 1) == st) {  // the row's owner lane
             const int key = st * 64 + g + 32 * (c & 1);

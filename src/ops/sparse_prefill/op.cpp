@@ -499,6 +499,9 @@ TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, 
     c.block[0] = static_cast<unsigned>(kCombineThreads);
     c.grid[0] = static_cast<unsigned>(split.units - split.first) / static_cast<unsigned>(split.parts);
     c.grid[1] = static_cast<unsigned>(heads_per_cta);
+    // Programmatic: the combine's launch and its CTAs' start overlap the attention kernel's tail
+    // (its CTAs signal at their start, and the combine waits for its completion before reading).
+    c.programmatic = true;
     kernel.launch(kEntrySm90Combine, c, stream, a);
   }
   return split;
