@@ -217,9 +217,8 @@ struct Fp8PlanRows {
 template <int R, bool BLOCK>
 constexpr bool fp8_plan_tiles_step() {
   using P = Fp8PlanRows<R, BLOCK>;
-  return P::first_chunk(1) == P::first_chunk(0) + R * P::tiles(0) &&
-         P::first_chunk(2) == P::first_chunk(1) + R * P::tiles(1) &&
-         P::first_chunk(3) == P::first_chunk(2) + R * P::tiles(2) && P::kChunks == P::first_chunk(3) + R * P::tiles(3);
+  // (first_chunk accumulates the halves' tiles; what can go wrong is their total.)
+  return P::kChunks == P::first_chunk(3) + R * P::tiles(3);
 }
 static_assert(fp8_plan_tiles_step<1, false>() && fp8_plan_tiles_step<2, false>() && fp8_plan_tiles_step<1, true>() &&
                   fp8_plan_tiles_step<2, true>() && Fp8PlanRows<2>::first_chunk(3) == 28 &&
