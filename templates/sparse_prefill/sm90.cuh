@@ -257,9 +257,9 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
   } else {
     const i64 token = work.token;
     const int head0 = work.head0, steps = work.steps;
-    // A part (split) reads the slots from its first step on: the producers see them as a row of
+    // A part (split) reads the slots from its first one on: the producers see them as a row of
     // their own.
-    const int first_slot = work.step0 * 2 * kBlockKeys, topk_len = work.topk_len - first_slot;
+    const int first_slot = work.first_slot, topk_len = work.topk_len - first_slot;
     if (wg == 2) {
       sm90::setmaxnreg_dec<C::kProducerRegs>();
       if constexpr (C::kF16 && !C::kF16Group) {
@@ -277,14 +277,14 @@ MJ_DEVICE void run(const SparsePrefillArgs& args) {
       const float q_unscale = load_q<C>(args, s, token, head0);
       if (wg == 0) {
         sm90::setmaxnreg_inc<C::kConsumerRegs>();
-        block_wg0<C>(args, s, ln, lane, token, head0, steps, q_unscale, work.slot);
+        block_wg0<C>(args, s, ln, lane, token, head0, steps, topk_len, q_unscale, work.slot);
       } else {
         if constexpr (C::kWg1Regs < C::kEntryRegs) {  // (.inc below the entry count is illegal)
           sm90::setmaxnreg_dec<C::kWg1Regs>();
         } else {
           sm90::setmaxnreg_inc<C::kWg1Regs>();
         }
-        block_wg1<C>(args, s, ln, lane, token, head0, steps, work.slot);
+        block_wg1<C>(args, s, ln, lane, token, head0, steps, topk_len, work.slot);
       }
     } else {
       sm90::setmaxnreg_inc<C::kConsumerRegs>();

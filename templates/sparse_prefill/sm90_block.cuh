@@ -11,6 +11,10 @@
 // fills block b + 2 while b + 1 is computed. (The prefill schedule holds both blocks of a step
 // until the step's last P V.) WG0 runs at most two blocks ahead of WG1: its Q K^T of block b + 2
 // waits for the stage WG1 frees after block b, so one phase of p_full per stage is ever pending.
+// A last step whose second block lies past topk_len (a split part of odd blocks, a row of at most
+// 64 (2 k + 1) keys) skips that block, all of whose rows are invalid: WG0 only waits for its halves
+// to be full, so that the producers' stores into this CTA (the crossover peer's st.async too) have
+// landed before it exits; nothing releases them, as nothing refills them.
 #include "sparse_prefill/sm90_config.cuh"
 #include "sparse_prefill/sm90_consumer.cuh"
 
@@ -27,7 +31,7 @@ struct StageC {
 
 template <class C>
 MJ_DEVICE void block_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane& ln, int lane, i64 token, int head0,
-                         int steps, float q_unscale, int slot) {
+                         int steps, int topk_len, float q_unscale, int slot) {
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
@@ -79,8 +83,17 @@ MJ_DEVICE void block_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane& 
     sm90::fence_regs(o);
     release_half<C>(s, s.empty[st][0]);  // the left half: scored and multiplied
   };
+  // The loop leaves between a step's blocks when its second one is past topk_len (a conditional
+  // exit, not a branch around the second block's MMAs, which made ptxas move both accumulators
+  // to local memory).
+  const int live_blocks = (topk_len + kBlockKeys - 1) / kBlockKeys;
   for (int step = 0; step < steps; ++step) {
     block(StageC<0>{}, static_cast<u32>(step) & 1u);
+    if (2 * step + 1 >= live_blocks) {  // the skipped block (above)
+      wait_full<C>(s, 1, 0, static_cast<u32>(step) & 1u);
+      wait_full<C>(s, 1, 1, static_cast<u32>(step) & 1u);
+      break;
+    }
     block(StageC<1>{}, static_cast<u32>(step) & 1u);
   }
   finish<C>(a, s, ln, lane, token, head0, o, m0, m1, l0, l1, 0u, slot);
@@ -88,7 +101,7 @@ MJ_DEVICE void block_wg0(const SparsePrefillArgs& a, const Smem& s, const Lane& 
 
 template <class C>
 MJ_DEVICE void block_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane& ln, int lane, i64 token, int head0,
-                         int steps, int slot) {
+                         int steps, int topk_len, int slot) {
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
@@ -112,8 +125,10 @@ MJ_DEVICE void block_wg1(const SparsePrefillArgs& a, const Smem& s, const Lane& 
     sm90::fence_regs(o);
     release_half<C>(s, s.empty[st][1]);  // WG1's share of the right half (and P): multiplied
   };
+  const int live_blocks = (topk_len + kBlockKeys - 1) / kBlockKeys;
   for (int step = 0; step < steps; ++step) {
     block(StageC<0>{}, static_cast<u32>(step) & 1u);
+    if (2 * step + 1 >= live_blocks) break;  // the skipped block: WG0 waits for its halves
     block(StageC<1>{}, static_cast<u32>(step) & 1u);
   }
   // The row sums are WG0's: finish adds both warpgroups' (this one's are 0).

@@ -134,17 +134,23 @@ struct Config {
   static constexpr int kThreads = sparse_prefill_layout::kHopperThreads;  // WG0, WG1 consumers; WG2 producer
   // Register budgets after setmaxnreg: consumers hold a 64x256 f32 accumulator (128 regs), a 64x64
   // score tile (32) and its bf16 copy (16); the producer needs few.
-  // The block schedule's register split (MJ_SP90_BLOCK_REGS 1, FlashMLA's sparse decode budgets),
-  // for the body without the crossover: WG1 holds only its accumulator (160), WG0 its accumulator,
-  // scores and P (192), the producer a deeper window of loads (152: Fp8Producer::kWindow, 12).
-  // Measured faster at prefill and slower at 64-head decode; with the crossover (window 9) slower
-  // (docs/decisions/sparse_prefill.md). 0: 72 / 216 / 216 as the prefill schedule.
+  // The block schedule's register split, for a body without the crossover: WG1 holds only its
+  // accumulator (160), so its registers can deepen the producer's window of loads (Fp8Producer::
+  // kWindow, 12). MJ_SP90_BLOCK_REGS (an NVRTC option, part of the cache key): 2 = 128 / 216 / 160
+  // (producer / WG0 / WG1), 1 = FlashMLA's 152 / 192 / 160, 0 = 72 / 216 / 216 as the prefill
+  // schedule. Default: 2 in a kernel that has the crossover, whose other body runs only launches of
+  // more than 512 tokens (prefill-sized: g 64 +5%, records +1% on an H100), 0 elsewhere (64-head
+  // decode runs this body: 1 was slower there, 318 against 281 us on an H200). The crossover body
+  // keeps 72 / 216 / 216: a deeper window (9 or 18, 128 producer registers) was 5-20% slower
+  // (docs/decisions/sparse_prefill.md).
 #ifndef MJ_SP90_BLOCK_REGS
-#define MJ_SP90_BLOCK_REGS 0
+  static constexpr int kBlockRegsChoice = kCrossoverAvailable ? 2 : 0;
+#else
+  static constexpr int kBlockRegsChoice = MJ_SP90_BLOCK_REGS;
 #endif
-  static constexpr bool kBlockRegs = kBlockSchedule && !kCrossover && MJ_SP90_BLOCK_REGS;
-  static constexpr int kProducerRegs = kBlockRegs ? 152 : 72;
-  static constexpr int kConsumerRegs = kBlockRegs ? 192 : 216;  // WG0, and WG1 outside the block split
+  static constexpr bool kBlockRegs = kBlockSchedule && !kCrossover && kBlockRegsChoice != 0;
+  static constexpr int kProducerRegs = !kBlockRegs ? 72 : kBlockRegsChoice == 1 ? 152 : 128;
+  static constexpr int kConsumerRegs = kBlockRegs && kBlockRegsChoice == 1 ? 192 : 216;  // WG0, and WG1 outside the block split
   static constexpr int kWg1Regs = kBlockRegs ? 160 : kConsumerRegs;
   // setmaxnreg moves registers inside the CTA's launch allocation: kThreads x the entry cap
   // (65536 / 384 rounded down to a multiple of 8 = 168), i.e. 64512, not the SM's 65536. Asking

@@ -11,14 +11,38 @@ namespace mj {
 namespace sparse_prefill_sm90 {
 
 // This CTA's item: one token x one head tile, its top-k length (clamped to the stride) and the
-// number of 128-key steps (two 64-key blocks each). Persistent kernel with a tail split: a part of
-// an item, steps [step0, step0 + steps) of it, whose result goes to partial slot `slot` (-1: the
-// whole item, written to out / lse).
+// number of 128-key steps (two 64-key blocks each). With a tail split, a part of an item whose
+// result goes to partial slot `slot` (-1: the whole item, written to out / lse): the persistent
+// kernel's parts are steps [step0, step0 + steps) of the item; the one-item kernels' are 64-key
+// blocks (part_blocks), so a part may end in a half step. Either way the part's slots start at
+// first_slot and end at topk_len.
 struct CtaWork {
   i64 token;
   int head0, topk_len, steps;
   int step0, slot;
+  int first_slot;
 };
+// Part `part` of 2^shift of an item in 64-key blocks: blocks [b0, b1) of its ceil(topk_len / 64),
+// i.e. slots [64 b0, min(topk_len, 64 b1)), in ceil((b1 - b0) / 2) steps (the last one's second
+// block is past topk_len when the part's blocks are odd: its rows are invalid, and the block
+// schedule skips it). Blocks rather than steps balance ragged rows: 24 blocks in 16 parts run 1 or 2
+// each, where 12 steps left 4 parts empty and 12 with a whole step.
+MJ_DEVICE void part_blocks(CtaWork& w, int part, int shift) {
+  const int blocks = (w.topk_len + kBlockKeys - 1) / kBlockKeys;
+  const int b0 = static_cast<int>((static_cast<i64>(part) * blocks) >> shift);
+  const int b1 = static_cast<int>((static_cast<i64>(part + 1) * blocks) >> shift);
+  w.first_slot = b0 * kBlockKeys;
+  w.steps = (b1 - b0 + 1) / 2;
+  w.topk_len = min(w.topk_len, b1 * kBlockKeys);
+}
+// The first slot a part of 2^shift of a full-length row starts at (the index hint, before the
+// row's length is known): steps for the persistent kernel, blocks for the one-item kernels.
+template <class C>
+MJ_DEVICE i64 part_first_slot_hint(const SparsePrefillArgs& args, i64 part) {
+  constexpr int kPartKeys = C::kPersistent ? 2 * kBlockKeys : kBlockKeys;
+  const i64 full = (args.indices_stride + kPartKeys - 1) / kPartKeys;
+  return ((part * full) >> args.split_shift) * kPartKeys;
+}
 // Tail split (persistent kernel; args.split_shift > 0, parts = 2^split_shift). The walk goes over
 // units: unit u < split_first is item u, whole; the units after it are the parts of items
 // split_first, ...: unit split_first + k is part k % parts of item split_first + k / parts, and
@@ -50,16 +74,22 @@ MJ_DEVICE CtaWork item_work(const SparsePrefillArgs& args, int u, u32 len) {
                                                                                    : args.indices_stride);
   w.steps = (w.topk_len + 2 * kBlockKeys - 1) / (2 * kBlockKeys);
   w.step0 = 0;
+  w.first_slot = 0;
   w.slot = -1;
   if (args.split_shift > 0 && u >= args.split_first) {
     const int k = u - args.split_first, part = k & ((1 << args.split_shift) - 1);
-    const int first = static_cast<int>((static_cast<i64>(part) * w.steps) >> args.split_shift);
-    const int end = static_cast<int>((static_cast<i64>(part + 1) * w.steps) >> args.split_shift);
-    w.step0 = first;
-    w.steps = end - first;
     w.slot = k;
-    // The part's slots end with its last step: the producer loads no index of the next part.
-    w.topk_len = min(w.topk_len, end * 2 * kBlockKeys);
+    if constexpr (C::kPersistent) {
+      const int first = static_cast<int>((static_cast<i64>(part) * w.steps) >> args.split_shift);
+      const int end = static_cast<int>((static_cast<i64>(part + 1) * w.steps) >> args.split_shift);
+      w.step0 = first;
+      w.first_slot = first * 2 * kBlockKeys;
+      w.steps = end - first;
+      // The part's slots end with its last step: the producer loads no index of the next part.
+      w.topk_len = min(w.topk_len, end * 2 * kBlockKeys);
+    } else {
+      part_blocks(w, part, args.split_shift);
+    }
   }
   return w;
 }
@@ -102,10 +132,7 @@ MJ_DEVICE CtaWork cta_work_crossover(const SparsePrefillArgs& args) {
   const bool split = args.split_shift > 0 && v >= first;
   const int k = v - first, mask = (1 << args.split_shift) - 1;
   const i64 token = split ? first + (k >> args.split_shift) : v;
-  i64 hint_slot = 0;
-  const i64 full_steps = (args.indices_stride + 2 * kBlockKeys - 1) / (2 * kBlockKeys);
-  if (split) hint_slot = ((static_cast<i64>(k & mask) * full_steps) >> args.split_shift) * 2 * kBlockKeys;
-  hint_first_indices<C>(args, token, hint_slot);
+  hint_first_indices<C>(args, token, split ? part_first_slot_hint<C>(args, k & mask) : 0);
   const u32 len = __ldg(args.topk_lengths + token);
   CtaWork w;
   w.token = token;
@@ -114,15 +141,12 @@ MJ_DEVICE CtaWork cta_work_crossover(const SparsePrefillArgs& args) {
                                                                                    : args.indices_stride);
   w.steps = (w.topk_len + 2 * kBlockKeys - 1) / (2 * kBlockKeys);
   w.step0 = 0;
+  w.first_slot = 0;
   w.slot = -1;
   if (split) {
     const int part = k & mask;
-    const int s0 = static_cast<int>((static_cast<i64>(part) * w.steps) >> args.split_shift);
-    const int s1 = static_cast<int>((static_cast<i64>(part + 1) * w.steps) >> args.split_shift);
-    w.step0 = s0;
-    w.steps = s1 - s0;
+    part_blocks(w, part, args.split_shift);
     w.slot = ((((k >> args.split_shift) << 1) + tile) << args.split_shift) | part;
-    w.topk_len = min(w.topk_len, s1 * 2 * kBlockKeys);
   }
   return w;
 }
@@ -134,11 +158,8 @@ MJ_DEVICE CtaWork cta_work(const SparsePrefillArgs& args) {
   const int it = unit_item<C>(args, u);
   const i64 token = it / C::kCtasPerToken;
   i64 hint_slot = 0;
-  if (args.split_shift > 0 && u >= args.split_first) {
-    const i64 full_steps = (args.indices_stride + 2 * kBlockKeys - 1) / (2 * kBlockKeys);
-    const i64 part = (u - args.split_first) & ((1 << args.split_shift) - 1);
-    hint_slot = ((part * full_steps) >> args.split_shift) * 2 * kBlockKeys;
-  }
+  if (args.split_shift > 0 && u >= args.split_first)
+    hint_slot = part_first_slot_hint<C>(args, (u - args.split_first) & ((1 << args.split_shift) - 1));
   hint_first_indices<C>(args, token, hint_slot);
   return item_work<C>(args, u, __ldg(args.topk_lengths + token));
 }

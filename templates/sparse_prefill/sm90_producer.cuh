@@ -319,8 +319,8 @@ MJ_DEVICE void end_fp8_chunk(Producer& pr, u32 empty_parity) {
 // fits (9); power-of-two groups of 192 on f16 tiles keep the row scales in registers of the ring (6).
 constexpr int kF16Window = 9;
 constexpr int kF16GroupWindow = 6;
-// The crossover's window: 6 (divides its 18 chunks per step; a deeper one costs the producer's
-// registers).
+// The crossover's window: 6 of its 18 chunks per step (9 and 18, with registers moved from WG1 to
+// the producer, measured 5-20% slower; MJ_SP90_CROSSOVER_WINDOW is an NVRTC option for A/B).
 #ifndef MJ_SP90_CROSSOVER_WINDOW
 #define MJ_SP90_CROSSOVER_WINDOW 6
 #endif
@@ -751,7 +751,7 @@ MJ_DEVICE void produce_fp8_lines(const SparsePrefillArgs& a, const Smem& s, i64 
   p.d_t = s.k[0] + dst0 + tau * static_cast<u32>(kTileBytes);
   p.own = static_cast<int>(64u * (lane & 1u) + 16u * (2u * ((lane >> 1) & 1u) + ((lane >> 3) & 1u)) + rib);
   p.pbits = 0u;
-  const u32* token_indices = a.indices + token * a.indices_stride + first_slot;  // (a part: its first step)
+  const u32* token_indices = a.indices + token * a.indices_stride + first_slot;  // (a part: its first slot)
   // The owned row's encoded index of step + 1 is loaded at the top of step (its DRAM latency then
   // overlaps 2/3 of the step) and resolved in chunk 36 - window, whose refill loads the first chunk of
   // step + 1 (see chunk()).
@@ -785,7 +785,7 @@ MJ_DEVICE void produce_fp8(const SparsePrefillArgs& a, const Smem& s, i64 token,
   p.sw = static_cast<u32>(p.g) & 7u;
   p.xr = C::kCrossover ? cluster::rank() : 0u;
   p.row_off = (static_cast<u32>(p.g) + 32u * p.xr) * 128u;
-  const u32* token_indices = a.indices + token * a.indices_stride + first_slot;  // (a part: its first step)
+  const u32* token_indices = a.indices + token * a.indices_stride + first_slot;  // (a part: its first slot)
   // Encoded indices are loaded two steps ahead of their use and resolved one step ahead: the row
   // loads of step s + 1 start inside step s (the window), so their rows must be known then, and
   // an index load issued right before its resolution would stall the decode loop on L2 / DRAM.

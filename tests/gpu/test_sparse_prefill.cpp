@@ -881,6 +881,11 @@ TEST_SUITE("sparse_prefill") {
         // decode, and a tail of more tokens than clusters (134 tokens over 66 clusters: 2 left).
         {{"fp8 g64 h128 s3 topk2048 p64 (crossover)", DType::fp8_e4m3, 128, 3, 2048, 64, 64}, 0, 0},
         {ue8m0_case("fp8 g64 ue8m0 h96 s134 topk512 p64 (crossover tail)", 96, 134, 512, 64, 64, false), 0, 0},
+        // Parts are counted in 64-key blocks: a row of 31 blocks (a random length within them) in
+        // parts of odd blocks, each ending in a half step whose empty second block the block
+        // schedule skips, through the crossover, on groups and on FlashMLA's records.
+        {ue8m0_case("fp8 g64 ue8m0 h128 s2 topk1984 p64 sink (odd-block parts)", 128, 2, 1984, 64, 64, true), 0, 0},
+        {ds_mla_case("ds_mla ue8m0 h128 s2 topk1984 p64 sink (odd-block parts)", 128, 2, 1984, 64, true, true), 0, 0},
     };
     uint64_t seed = 990;
     for (const SplitCase& sc : cases) check_split_case(sc, seed++);
