@@ -35,13 +35,11 @@ MJ_DEVICE void part_blocks(CtaWork& w, int part, int shift) {
   w.steps = (b1 - b0 + 1) / 2;
   w.topk_len = min(w.topk_len, b1 * kBlockKeys);
 }
-// The first slot a part of 2^shift of a full-length row starts at (the index hint, before the
-// row's length is known): steps for the persistent kernel, blocks for the one-item kernels.
-template <class C>
+// The first slot of part `part` of a one-item kernel's full-length row (part_blocks): the index
+// hint, issued before the row's length is known.
 MJ_DEVICE i64 part_first_slot_hint(const SparsePrefillArgs& args, i64 part) {
-  constexpr int kPartKeys = C::kPersistent ? 2 * kBlockKeys : kBlockKeys;
-  const i64 full = (args.indices_stride + kPartKeys - 1) / kPartKeys;
-  return ((part * full) >> args.split_shift) * kPartKeys;
+  const i64 blocks = (args.indices_stride + kBlockKeys - 1) / kBlockKeys;
+  return ((part * blocks) >> args.split_shift) * kBlockKeys;
 }
 // Tail split (persistent kernel; args.split_shift > 0, parts = 2^split_shift). The walk goes over
 // units: unit u < split_first is item u, whole; the units after it are the parts of items
@@ -132,7 +130,7 @@ MJ_DEVICE CtaWork cta_work_crossover(const SparsePrefillArgs& args) {
   const bool split = args.split_shift > 0 && v >= first;
   const int k = v - first, mask = (1 << args.split_shift) - 1;
   const i64 token = split ? first + (k >> args.split_shift) : v;
-  hint_first_indices<C>(args, token, split ? part_first_slot_hint<C>(args, k & mask) : 0);
+  hint_first_indices<C>(args, token, split ? part_first_slot_hint(args, k & mask) : 0);
   const u32 len = __ldg(args.topk_lengths + token);
   CtaWork w;
   w.token = token;
@@ -159,7 +157,7 @@ MJ_DEVICE CtaWork cta_work(const SparsePrefillArgs& args) {
   const i64 token = it / C::kCtasPerToken;
   i64 hint_slot = 0;
   if (args.split_shift > 0 && u >= args.split_first)
-    hint_slot = part_first_slot_hint<C>(args, (u - args.split_first) & ((1 << args.split_shift) - 1));
+    hint_slot = part_first_slot_hint(args, (u - args.split_first) & ((1 << args.split_shift) - 1));
   hint_first_indices<C>(args, token, hint_slot);
   return item_work<C>(args, u, __ldg(args.topk_lengths + token));
 }
