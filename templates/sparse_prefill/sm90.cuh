@@ -124,8 +124,9 @@
 // Block schedule (Config::kBlockSchedule; sparse_prefill/sm90_block.cuh): for the fp8 kernels
 //   whose producer decodes chunk by chunk, each 64-key block is scored by WG0 alone and its P V
 //   split between both warpgroups, P handed over in the stage's rope tile; a stage is freed per
-//   block instead of after the step's last P V. MJ_SP90_BLOCK_REGS gives the body without the
-//   crossover FlashMLA's register budgets (producer 152, WG0 192, WG1 160) and a deeper window.
+//   block instead of after the step's last P V. In a kernel that has the crossover, the body
+//   without it moves registers from WG1 to the producer for a deeper window (sm90_config.cuh,
+//   MJ_SP90_BLOCK_REGS).
 // Proxy ordering: stage data are written through the generic proxy (cp.async, st.shared) and read
 // by wgmma through the async proxy; each consumer fences after acquiring a full barrier (a
 // producer-side fence would be a MEMBAR that waits for the producer's in-flight loads): the full

@@ -139,7 +139,7 @@ struct Config {
   // kWindow, 12). MJ_SP90_BLOCK_REGS (an NVRTC option, part of the cache key): 2 = 128 / 216 / 160
   // (producer / WG0 / WG1), 1 = FlashMLA's 152 / 192 / 160, 0 = 72 / 216 / 216 as the prefill
   // schedule. Default: 2 in a kernel that has the crossover, whose other body runs only launches of
-  // more than 512 tokens (prefill-sized: g 64 +5%, records +1% on an H100), 0 elsewhere (64-head
+  // more than 512 tokens (prefill-sized: g 64 +5-15%, records +1% on an H100), 0 elsewhere (64-head
   // decode runs this body: 1 was slower there, 318 against 281 us on an H200). The crossover body
   // keeps 72 / 216 / 216: a deeper window (9 or 18, 128 producer registers) was 5-20% slower
   // (docs/decisions/sparse_prefill.md).
