@@ -119,6 +119,11 @@ void set_max_dynamic_smem(Function f, unsigned bytes);
 // overlap the stream's previous kernel (LaunchDims::programmatic).
 void launch(Function f, const unsigned grid[3], const unsigned block[3], unsigned smem_bytes, Stream s,
             const void* args, const unsigned* cluster = nullptr, bool programmatic = false);
+// How many clusters of shape `cluster` with `block` threads and `smem_bytes` of dynamic shared memory
+// can be resident on the device at once (cuOccupancyMaxActiveClusters): fewer than SMs / cluster
+// size where a GPC's usable SMs do not divide into whole clusters. 0 where the driver cannot say (no
+// such entry point, or it refuses the shape).
+int max_active_clusters(Function f, const unsigned block[3], unsigned smem_bytes, const unsigned cluster[3], Stream s);
 // The same launch through plain cuLaunchKernel: the baseline that runtime overhead is measured against.
 void launch_raw(Function f, const unsigned grid[3], const unsigned block[3], unsigned smem_bytes, Stream s,
                 const void* args);

@@ -38,6 +38,14 @@ class Kernel {
   void launch(int entry, const LaunchDims& dims, Stream stream, const Args& args) const {
     launch(entry, dims, stream, &args, sizeof(Args));
   }
+  // How many clusters of dims.cluster (dims.block threads, dims.smem_bytes) of entry `entry` the
+  // device holds at once (driver::max_active_clusters), asked once per entry and shape and then
+  // remembered, so that launches may size their grids by it; 0 where the driver cannot say.
+  virtual int max_active_clusters(int entry, const LaunchDims& dims) const {
+    (void)entry;
+    (void)dims;
+    return 0;
+  }
   // The CUfunction of entry `entry` (for raw-launch baselines and external launchers).
   virtual void* function(int entry) const = 0;
   // Target the cubin was built for and its cache key.

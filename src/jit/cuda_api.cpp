@@ -52,6 +52,8 @@ struct Loaded {
     a.cuStreamIsCapturing = reinterpret_cast<decltype(a.cuStreamIsCapturing)>(dlsym(lib, "cuStreamIsCapturing"));
     a.cuTensorMapEncodeTiled =
         reinterpret_cast<decltype(a.cuTensorMapEncodeTiled)>(dlsym(lib, "cuTensorMapEncodeTiled"));
+    a.cuOccupancyMaxActiveClusters =
+        reinterpret_cast<decltype(a.cuOccupancyMaxActiveClusters)>(dlsym(lib, "cuOccupancyMaxActiveClusters"));
     // CUDA 13 headers map cuEventElapsedTime to _v2; older drivers only have the original.
     a.cuEventElapsedTime = reinterpret_cast<decltype(a.cuEventElapsedTime)>(dlsym(lib, "cuEventElapsedTime_v2"));
     if (!a.cuEventElapsedTime) all = all && bind(lib, "cuEventElapsedTime", a.cuEventElapsedTime);

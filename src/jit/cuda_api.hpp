@@ -117,6 +117,9 @@ struct Api {
   // need it, and they say so when it is missing.
   CUresult (*cuTensorMapEncodeTiled)(CUtensorMap*, int, unsigned, void*, const unsigned long long*,
                                      const unsigned long long*, const unsigned*, const unsigned*, int, int, int, int);
+  // (numClusters, function, config: block, dynamic shared memory, cluster attribute); optional
+  // (nullptr if absent, drivers before CUDA 12.0): callers fall back to their own estimate.
+  CUresult (*cuOccupancyMaxActiveClusters)(int*, CUfunction, const CUlaunchConfig*);
 };
 
 // The loaded API after a successful cuInit, or nullptr with `why`.

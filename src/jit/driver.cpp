@@ -315,6 +315,23 @@ void launch(Function f, const unsigned grid[3], const unsigned block[3], unsigne
               .c_str());
 }
 
+int max_active_clusters(Function f, const unsigned block[3], unsigned smem_bytes, const unsigned cluster[3],
+                        Stream s) {
+  const Api& a = api();
+  if (a.cuOccupancyMaxActiveClusters == nullptr) return 0;
+  // The grid of one cluster: the query asks how many of them fit, not how a grid is laid out.
+  CUlaunchConfig cfg{cluster[0], cluster[1], cluster[2], block[0], block[1], block[2], smem_bytes,
+                     static_cast<CUstream>(s), nullptr, 0};
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim = {cluster[0], cluster[1], cluster[2]};
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  if (a.cuOccupancyMaxActiveClusters(&n, static_cast<CUfunction>(f), &cfg) != CUDA_SUCCESS) return 0;
+  return n;
+}
+
 void launch_raw(Function f, const unsigned grid[3], const unsigned block[3], unsigned smem_bytes, Stream s,
                 const void* args) {
   void* params[1] = {const_cast<void*>(args)};

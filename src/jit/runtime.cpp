@@ -3,6 +3,7 @@
 // (include/mlajit/runtime.hpp). A memory hit never reaches build_source, so never the network.
 #include "mlajit/runtime.hpp"
 
+#include <array>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -62,6 +63,19 @@ class LoadedKernel final : public Kernel {
     return functions_[entry];
   }
 
+  int max_active_clusters(int entry, const LaunchDims& d) const override {
+    check_entry(entry);
+    const std::array<unsigned, 8> shape{static_cast<unsigned>(entry), d.block[0], d.block[1], d.block[2],
+                                        d.smem_bytes, d.cluster[0], d.cluster[1], d.cluster[2]};
+    std::lock_guard<std::mutex> lock(clusters_mutex_);
+    auto it = clusters_.find(shape);
+    if (it == clusters_.end())
+      it = clusters_
+               .emplace(shape, driver::max_active_clusters(functions_[entry], d.block, d.smem_bytes, d.cluster, nullptr))
+               .first;
+    return it->second;
+  }
+
   void launch(int entry, const LaunchDims& d, Stream stream, const void* args, size_t args_size) const override {
     check_entry(entry);
     const EntryPoint& e = src_.entries[entry];
@@ -93,6 +107,9 @@ class LoadedKernel final : public Kernel {
   std::vector<driver::Function> functions_;
   std::string arch_;
   std::string key_;
+  // max_active_clusters' answers by (entry, block, shared memory, cluster shape).
+  mutable std::mutex clusters_mutex_;
+  mutable std::map<std::array<unsigned, 8>, int> clusters_;
 };
 
 struct SpecOnDevice {

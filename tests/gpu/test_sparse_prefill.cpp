@@ -935,6 +935,49 @@ TEST_SUITE("sparse_prefill") {
     }
   }
 
+  TEST_CASE("sparse_prefill crossover split: sized to the clusters the device holds at once") {
+    // A cluster's two CTAs share a GPC, so where a GPC's usable SMs are odd the device holds fewer
+    // than SMs / 2 clusters at once. The crossover's split over tokens is sized to the number the
+    // driver reports (Kernel::max_active_clusters), so that no part waits for a second wave: at
+    // decode batches smaller than that number, the parts of all tokens fit it, and doubling them
+    // would not (or would exceed a part's one step), and every output matches the f64 reference.
+    if (Runtime::global().arch() != "sm_90a") {
+      MESSAGE("SKIPPED: the crossover is the sm_90a kernel's (this device is ", Runtime::global().arch(), ")");
+      return;
+    }
+    uint64_t seed = 1400;
+    for (int64_t tokens : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{17}, int64_t{33}}) {
+      CAPTURE(tokens);
+      const Case c = ue8m0_case("fp8 g64 ue8m0 h128 topk1024 p64 sink (decode batch)", 128, tokens, 1024, 64, 64, true);
+      const SparsePrefillParams p = params_of(c);
+      const auto plan = sparse_prefill::sm90_plan(p);
+      REQUIRE(plan.crossover);
+      LaunchDims dims;
+      dims.block[0] = static_cast<unsigned>(plan.threads);
+      dims.smem_bytes = static_cast<unsigned>(plan.smem_bytes);
+      dims.cluster[0] = 2;
+      const int64_t resident = sparse_prefill::kernel_for(p, Path::sm90)->max_active_clusters(sparse_prefill::kEntrySm90, dims);
+      const int64_t sms = Runtime::global().sm_count();
+      MESSAGE("clusters of 2 held at once: ", resident, " (", sms, " SMs)");
+      REQUIRE(resident > 0);
+      CHECK(resident <= sms / 2);
+      CHECK(resident >= sms / 4);  // every GPC holds some
+      const auto pb = problem_of(c, seed++);
+      DeviceProblem d(pb);
+      DeviceBuffer ws(sparse_prefill::workspace_bytes(p, pb.num_blocks));
+      SplitRun split{&ws, 0, sparse_prefill::Crossover::automatic};
+      const Outputs o = run_on_device(pb, d, Path::sm90, 0, nullptr, sparse_prefill::StageRows::automatic, &split);
+      const auto taken = split.taken;
+      MESSAGE(tokens, " tokens: ", taken.parts, " parts, ", taken.units / 2, " clusters");
+      check_outputs(c, pb, ref::sparse_prefill_reference(pb), o, Path::sm90);
+      REQUIRE(tokens < resident);
+      CHECK(taken.units / 2 == tokens * taken.parts);
+      CHECK(tokens * taken.parts <= resident);
+      const int64_t max_parts = pb.indices_stride / 128;  // one 128-key step per part at least
+      CHECK((taken.parts * 2 > max_parts || tokens * taken.parts * 2 > resident));
+    }
+  }
+
   TEST_CASE("sparse_prefill fp8: a cache base at any 16-byte offset gives the same bits") {
     // 576-byte fp8 rows start every other row in the middle of a 128-byte line; the Hopper producer
     // loads whole lines and picks each row's lane mapping from bit 6 of its address. Shifting the

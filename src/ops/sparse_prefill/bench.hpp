@@ -91,7 +91,9 @@ struct SparsePrefillBenchArgs {
 //    the per-token lengths that mlajit always reads; timed in the same interleaved reps),
 //    "compare": {"out_rel_frobenius", "lse_max_abs_diff"}} (mlajit vs anchor). Always "crossover"
 //    (whether the launch ran it, sparse_prefill/launch.hpp crossover_taken) and "split":
-//    {"first", "parts", "units"} (the persistent kernel's tail split; parts 1: none), and when a
+//    {"first", "parts", "units"} (the persistent kernel's tail split; parts 1: none; with the
+//    crossover also "resident_clusters", the clusters of 2 the device holds at once, which its
+//    split over tokens is sized to), and when a
 //    split ran "unsplit": {"ms_median", "tflops", "speedup" (unsplit ms / split ms), "ratio" (with an
 //    anchor: anchor ms / unsplit ms)}, the same launch without the split in the same reps.
 // Every timed launch follows a 256 MiB device write (L2 flush).

@@ -475,7 +475,13 @@ TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, 
         // of tokens over clusters; its units and slots come in pairs, a token part's two CTAs
         // adjacent (templates/sparse_prefill/sm90_persistent.cuh, cta_work).
         constexpr int64_t c = 2;  // CTAs per cluster: the token's two head tiles
-        split = tail_split(args.num_tokens, budget / c, args.partial_slots / c, args.indices_stride, max_split_parts);
+        // The clusters one wave holds: the SMs' pairs where every GPC's usable SMs pair up, fewer
+        // where some do not (a cluster's CTAs share a GPC), and a split sized to SMs / 2 would
+        // leave its last clusters a second wave. (An H100 SXM holds all 66 of its pairs.)
+        d.cluster[0] = 2u;
+        const int64_t resident = kernel.max_active_clusters(entry, d);
+        const int64_t clusters = resident > 0 ? std::min(budget / c, resident) : budget / c;
+        split = tail_split(args.num_tokens, clusters, args.partial_slots / c, args.indices_stride, max_split_parts);
         split.first *= c;
         split.units *= c;
       } else {
