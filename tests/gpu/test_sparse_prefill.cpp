@@ -950,13 +950,8 @@ TEST_SUITE("sparse_prefill") {
       CAPTURE(tokens);
       const Case c = ue8m0_case("fp8 g64 ue8m0 h128 topk1024 p64 sink (decode batch)", 128, tokens, 1024, 64, 64, true);
       const SparsePrefillParams p = params_of(c);
-      const auto plan = sparse_prefill::sm90_plan(p);
-      REQUIRE(plan.crossover);
-      LaunchDims dims;
-      dims.block[0] = static_cast<unsigned>(plan.threads);
-      dims.smem_bytes = static_cast<unsigned>(plan.smem_bytes);
-      dims.cluster[0] = 2;
-      const int64_t resident = sparse_prefill::kernel_for(p, Path::sm90)->max_active_clusters(sparse_prefill::kEntrySm90, dims);
+      REQUIRE(sparse_prefill::sm90_plan(p).crossover);
+      const int64_t resident = sparse_prefill::crossover_resident_clusters(*sparse_prefill::kernel_for(p, Path::sm90), p);
       const int64_t sms = Runtime::global().sm_count();
       MESSAGE("clusters of 2 held at once: ", resident, " (", sms, " SMs)");
       REQUIRE(resident > 0);

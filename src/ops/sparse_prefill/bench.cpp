@@ -412,14 +412,8 @@ nlohmann::json bench_sparse_prefill(const SparsePrefillBenchArgs& args_in) {
     j["stage"] = {{"rows", marks ? "marked" : "all"}, {"ms_median", timings.back().median_ms}};
   j["split"] = {{"first", split.first}, {"parts", split.parts}, {"units", split.units}};
   j["crossover"] = sparse_prefill::crossover_taken(p, path, T, a.crossover);
-  if (j["crossover"].get<bool>()) {  // the clusters its split was sized to (launch())
-    const sparse_prefill::Sm90Plan plan = sparse_prefill::sm90_plan(p);
-    LaunchDims d;
-    d.block[0] = static_cast<unsigned>(plan.threads);
-    d.smem_bytes = static_cast<unsigned>(plan.smem_bytes);
-    d.cluster[0] = 2;
-    j["split"]["resident_clusters"] = kernel->max_active_clusters(sparse_prefill::kEntrySm90, d);
-  }
+  if (j["crossover"].get<bool>())  // the clusters its split was sized to (launch())
+    j["split"]["resident_clusters"] = sparse_prefill::crossover_resident_clusters(*kernel, p);
   if (compare_unsplit) {
     const double um = timings[with_anchor ? 3 : 1].median_ms;
     j["unsplit"] = {{"ms_median", um}, {"tflops", flops / (um * 1e-3) / 1e12}, {"speedup", um / median}};

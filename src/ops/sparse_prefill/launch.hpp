@@ -84,6 +84,10 @@ constexpr int64_t kCrossoverMaxTokens = 512;
 // Whether a launch of `num_tokens` tokens of p on `path` runs the crossover: on / automatic where the
 // kernel has it (automatic: num_tokens <= kCrossoverMaxTokens); on where it has none: Error.
 bool crossover_taken(const SparsePrefillParams& p, Path path, int64_t num_tokens, Crossover crossover);
+// The clusters of the crossover body the device holds at once (Kernel::max_active_clusters of the
+// sm90 entry with p's block and shared memory, clusters of 2), which launch() sizes the crossover's
+// split to; 0 where the driver cannot say. `kernel`: kernel_for(p, Path::sm90).
+int64_t crossover_resident_clusters(const Kernel& kernel, const SparsePrefillParams& p);
 
 // Launches the staging kernels of `kernel` (kernel_for(p, any path): every kv_staging bf16 module
 // holds them) on `stream`: clear + mark + convert, or convert only (rows all).

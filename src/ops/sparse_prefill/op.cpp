@@ -442,6 +442,15 @@ bool crossover_taken(const SparsePrefillParams& p, Path path, int64_t num_tokens
   return crossover == Crossover::on || num_tokens <= kCrossoverMaxTokens;
 }
 
+int64_t crossover_resident_clusters(const Kernel& kernel, const SparsePrefillParams& p) {
+  const Sm90Plan plan = sm90_plan(p);
+  LaunchDims d;
+  d.block[0] = static_cast<unsigned>(plan.threads);
+  d.smem_bytes = static_cast<unsigned>(plan.smem_bytes);
+  d.cluster[0] = 2u;
+  return kernel.max_active_clusters(kEntrySm90, d);
+}
+
 TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, const SparsePrefillArgs& args,
                  Stream stream, int64_t grid_ctas, int max_split_parts, Crossover crossover) {
   int64_t ctas = launch_ctas(p, path, args.num_tokens, grid_ctas);
@@ -478,8 +487,7 @@ TailSplit launch(const Kernel& kernel, const SparsePrefillParams& p, Path path, 
         // The clusters one wave holds: the SMs' pairs where every GPC's usable SMs pair up, fewer
         // where some do not (a cluster's CTAs share a GPC), and a split sized to SMs / 2 would
         // leave its last clusters a second wave. (An H100 SXM holds all 66 of its pairs.)
-        d.cluster[0] = 2u;
-        const int64_t resident = kernel.max_active_clusters(entry, d);
+        const int64_t resident = crossover_resident_clusters(kernel, p);
         const int64_t clusters = resident > 0 ? std::min(budget / c, resident) : budget / c;
         split = tail_split(args.num_tokens, clusters, args.partial_slots / c, args.indices_stride, max_split_parts);
         split.first *= c;
