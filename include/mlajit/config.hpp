@@ -9,6 +9,10 @@
 
 namespace mlajit::config {
 
+// Every environment variable the library reads, in the order `mlajit --help` and `mlajit info` list
+// them (the README's "Environment variables" table says what each means).
+const std::vector<const char*>& variables();
+
 // The variable's value if set and non-empty.
 std::optional<std::string> env(const char* name);
 // A boolean switch: 1/true/yes/on -> true, 0/false/no/off/unset/empty -> false; anything else

@@ -6,6 +6,7 @@
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "mlajit/config.hpp"
 #include "mlajit/error.hpp"
 #include "mlajit/version.hpp"
 
@@ -34,11 +35,21 @@ usage:
   mlajit --version                 the version; `mlajit CMD --help` describes each command
 
 exit codes: 0 ok, 2 bad usage or config, 3 compile failure, 4 driver or runtime failure
-environment: MLAJIT_CACHE_DIR MLAJIT_CACHE_PATH MLAJIT_CACHE_MAX_BYTES MLAJIT_DISABLE_DISK_CACHE MLAJIT_DUMP_DIR MLAJIT_LOG MLAJIT_ARCH
-             MLAJIT_REMOTE_CACHE MLAJIT_REMOTE_CACHE_KEY_FILE MLAJIT_REMOTE_CACHE_ALLOW_UNSIGNED
-             MLAJIT_REMOTE_CACHE_PREFIX MLAJIT_REMOTE_CACHE_TTL MLAJIT_REMOTE_CACHE_CONNECT_TIMEOUT_MS
-             MLAJIT_REMOTE_CACHE_TIMEOUT_MS
 )";
+
+// kUsage, then the environment variables the library reads (config::variables), wrapped.
+std::string usage() {
+  std::string out = kUsage, line = "environment:";
+  for (const char* name : mlajit::config::variables()) {
+    if (line.size() + 1 + std::strlen(name) > 110) {
+      out += line + "\n";
+      line = "            ";
+    }
+    line += " ";
+    line += name;
+  }
+  return out + line + "\n";
+}
 
 // `mlajit CMD --help` for the commands without their own help text (bench and tune have theirs).
 const char* command_help(const std::string& cmd) {
@@ -108,7 +119,7 @@ int exit_code(mlajit::ErrorKind k) {
 int main(int argc, char** argv) {
   using namespace mlajit::cli;
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
-    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    std::fputs(usage().c_str(), argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
@@ -133,7 +144,7 @@ int main(int argc, char** argv) {
     if (cmd == "tune") return cmd_tune(rest);
     if (cmd == "check") return cmd_check(rest);
     std::fprintf(stderr, "mlajit: unknown command \"%s\", expected build|gen|cache|check|bench|tune|info\n%s",
-                 cmd.c_str(), kUsage);
+                 cmd.c_str(), usage().c_str());
     return 2;
   } catch (const mlajit::Error& e) {
     std::fprintf(stderr, "mlajit %s: %s: %s\n", cmd.c_str(), mlajit::error_kind_name(e.kind()), e.what());

@@ -15,6 +15,30 @@
 
 namespace mlajit::config {
 
+const std::vector<const char*>& variables() {
+  static const std::vector<const char*> names = {
+      "MLAJIT_CACHE_DIR",
+      "MLAJIT_CACHE_PATH",
+      "MLAJIT_CACHE_MAX_BYTES",
+      "MLAJIT_PREBUILT_CACHE",
+      "MLAJIT_DISABLE_DISK_CACHE",
+      "MLAJIT_DUMP_DIR",
+      "MLAJIT_LOG",
+      "MLAJIT_ARCH",
+      "MLAJIT_DEVICE",
+      "MLAJIT_TEMPLATE_DIR",
+      "MLAJIT_NVRTC_EXTRA_OPTIONS",
+      "MLAJIT_REMOTE_CACHE",
+      "MLAJIT_REMOTE_CACHE_KEY_FILE",
+      "MLAJIT_REMOTE_CACHE_ALLOW_UNSIGNED",
+      "MLAJIT_REMOTE_CACHE_PREFIX",
+      "MLAJIT_REMOTE_CACHE_TTL",
+      "MLAJIT_REMOTE_CACHE_CONNECT_TIMEOUT_MS",
+      "MLAJIT_REMOTE_CACHE_TIMEOUT_MS",
+  };
+  return names;
+}
+
 std::optional<std::string> env(const char* name) {
   const char* v = std::getenv(name);
   if (!v || !*v) return std::nullopt;

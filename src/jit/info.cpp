@@ -36,9 +36,7 @@ nlohmann::json runtime_info() {
   if (auto m = config::cache_max_bytes()) j["cache_max_bytes"] = *m;
   if (auto a = config::arch_override()) j["arch_override"] = *a;
   nlohmann::json env = nlohmann::json::object();
-  for (const char* name : {"MLAJIT_CACHE_DIR", "MLAJIT_CACHE_PATH", "MLAJIT_DISABLE_DISK_CACHE", "MLAJIT_CACHE_MAX_BYTES", "MLAJIT_ARCH",
-                           "MLAJIT_DUMP_DIR", "MLAJIT_TEMPLATE_DIR", "MLAJIT_NVRTC_EXTRA_OPTIONS", "MLAJIT_LOG", "MLAJIT_DEVICE", "MLAJIT_REMOTE_CACHE",
-                           "MLAJIT_REMOTE_CACHE_PREFIX", "MLAJIT_REMOTE_CACHE_TTL", "MLAJIT_REMOTE_CACHE_KEY_FILE"})
+  for (const char* name : config::variables())
     if (auto v = config::env(name)) env[name] = *v;
   j["env"] = env;
   nlohmann::json devices = nlohmann::json::array();
