@@ -2,10 +2,13 @@
 // TempDir: a unique path under the system temp folder for one test, removed with everything in it
 // when the test ends (permissions restored first, so a test may chmod it to provoke refusals).
 // `create` = false leaves the path absent, for tests of code that must create it itself.
+// read_file: a file's bytes as a string ("" when it cannot be read).
 #include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <system_error>
 
@@ -32,5 +35,12 @@ class TempDir {
   std::string str() const { return path.string(); }
   std::filesystem::path path;
 };
+
+inline std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 }  // namespace mlajit::testing

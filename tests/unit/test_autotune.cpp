@@ -34,12 +34,7 @@ using mlajit::testing::TempDir;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using mlajit::testing::read_file;
 
 KvCacheStoreParams fp8_store() {
   KvCacheStoreParams p;
@@ -350,10 +345,10 @@ TEST_CASE("tuning database: a corrupt file is reported, ignored, kept, then repa
     bool corrupt = false;
     CHECK(db.load(&corrupt).empty());
     CHECK(corrupt);
-    CHECK(slurp(path) == garbage);  // reading never destroys it
+    CHECK(read_file(path) == garbage);  // reading never destroys it
     CHECK(TuningIndex(db.load()).size() == 0);
     CHECK(db.merge({record(fp8_store(), bucket_kv_cache_store(64, 1), 1.0)}) == 1);
-    CHECK(slurp(path + ".corrupt") == garbage);  // the old bytes are kept for inspection
+    CHECK(read_file(path + ".corrupt") == garbage);  // the old bytes are kept for inspection
     corrupt = true;
     CHECK(db.load(&corrupt).size() == 1);
     CHECK_FALSE(corrupt);
@@ -365,14 +360,14 @@ TEST_CASE("tuning database: records this build cannot parse survive merges") {
   const std::string path = TuningDb::default_path(dir.str());
   TuningDb db(path);
   db.merge({record(fp8_store(), bucket_kv_cache_store(64, 1), 1.0)});
-  json j = json::parse(slurp(path));
+  json j = json::parse(read_file(path));
   json foreign = j["records"][0];
   foreign["params"]["a_field_from_the_future"] = 1;
   j["records"].push_back(foreign);
   { std::ofstream(path) << j.dump(); }
   CHECK(db.load().size() == 1);
   db.merge({record(fp8_store(), bucket_kv_cache_store(128, 1), 1.0)});
-  const json after = json::parse(slurp(path));
+  const json after = json::parse(read_file(path));
   CHECK(after["records"].size() == 3);
   CHECK(db.load().size() == 2);
 }

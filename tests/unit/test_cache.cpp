@@ -31,12 +31,7 @@ using mlajit::testing::TempDir;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using mlajit::testing::read_file;
 
 void spit(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary | std::ios::trunc) << s; }
 
@@ -158,7 +153,7 @@ TEST_CASE("corrupt entries are detected, removed and reported as a miss") {
     CAPTURE(dmg.what);
     std::string key = key_of(2);
     cache.put(key, meta_for("k2"), cubin);
-    std::string data = slurp(cache.path_of(key));
+    std::string data = read_file(cache.path_of(key));
     dmg.apply(data);
     spit(cache.path_of(key), data);
     auto report = cache.verify();

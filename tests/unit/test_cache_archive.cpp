@@ -58,10 +58,7 @@ using Out = mlajit::testing::ShellOutput;
 
 Out sh(const std::string& command) { return mlajit::testing::run_shell(command + " 2>&1"); }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
+using mlajit::testing::read_file;
 
 void spit(const fs::path& p, const std::string& data) { std::ofstream(p, std::ios::binary) << data; }
 
@@ -162,7 +159,7 @@ TEST_CASE("cli: cache export then import: round trip, --arch lists other archs, 
   CHECK(ij["imported"].size() == 2);
   CHECK(entries_in(dst) == 2);
   for (auto& e : fs::directory_iterator(src))  // the same bytes as the cache they came from
-    if (e.path().extension() == ".mjc") CHECK(slurp(e.path()) == slurp(dst / e.path().filename()));
+    if (e.path().extension() == ".mjc") CHECK(read_file(e.path()) == read_file(dst / e.path().filename()));
   Out again = sh(env + cli + " cache import " + archive.string() + " --json --cache-dir " + dst.string());
   CHECK(nlohmann::json::parse(again.text.substr(again.text.find('{')))["already_present"].size() == 2);
 
@@ -179,7 +176,7 @@ TEST_CASE("cli: cache export then import: round trip, --arch lists other archs, 
   CHECK(text.text.find("skipped (built for sm_100a)") != std::string::npos);
 
   // One changed byte, or a cut-off copy: refused, and the target cache stays empty.
-  const std::string good = slurp(archive);
+  const std::string good = read_file(archive);
   std::string tampered = good;
   tampered[good.size() - 10] = static_cast<char>(tampered[good.size() - 10] ^ 1);
   spit(t.path / "tampered", tampered);

@@ -1,5 +1,6 @@
 // Codegen front: header comment, dispatch after validation, determinism, the template registry,
 // included_templates and expand_includes.
+#include "temp_dir.hpp"
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -20,12 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using mlajit::testing::read_file;
 
 void write_file(const fs::path& p, const std::string& s) {
   fs::create_directories(p.parent_path());

@@ -33,12 +33,7 @@ bool nvrtc_or_skip() {
 
 bool is_elf(const std::string& image) { return image.size() > 64 && image.compare(0, 4, "\x7f" "ELF") == 0; }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using mlajit::testing::read_file;
 
 struct ScopedEnv {
   std::string name;
@@ -179,8 +174,8 @@ TEST_CASE("a syntax error is Error(Compile) with the NVRTC log and the written s
     std::string path = msg.substr(at + 8, msg.find('\n', at) - at - 8);
     CAPTURE(path);
     REQUIRE(fs::exists(path));
-    CHECK(slurp(path).find("int broken = ;") != std::string::npos);
-    CHECK(slurp(path).find("#include \"") == std::string::npos);  // expanded, self-contained
+    CHECK(read_file(path).find("int broken = ;") != std::string::npos);
+    CHECK(read_file(path).find("#include \"") == std::string::npos);  // expanded, self-contained
     fs::remove(path);
     fs::remove(fs::path(path).replace_extension(".log"));
   }
@@ -204,12 +199,12 @@ TEST_CASE("MLAJIT_DUMP_DIR receives .cu, .ptx, .cubin and .log") {
                                     Compiler::global().nvrtc_key_version());
   const std::string base = dump_base_name(src, "sm_90a", key);
   CHECK(base == src.name + "-" + key.substr(0, kDumpKeyChars) + "-sm_90a");
-  CHECK(slurp(dir / (base + ".cubin")) == k.cubin);
-  std::string ptx = slurp(dir / (base + ".ptx"));
+  CHECK(read_file(dir / (base + ".cubin")) == k.cubin);
+  std::string ptx = read_file(dir / (base + ".ptx"));
   CHECK(ptx.find(".entry mj_test_axpy") != std::string::npos);
   CHECK(ptx.find("div.rn.f32") != std::string::npos);  // IEEE division, no fast math
-  CHECK(slurp(dir / (base + ".cu")).find("mj_test_axpy") != std::string::npos);
-  CHECK(slurp(dir / (base + ".log")).find("--gpu-architecture=sm_90a") != std::string::npos);
+  CHECK(read_file(dir / (base + ".cu")).find("mj_test_axpy") != std::string::npos);
+  CHECK(read_file(dir / (base + ".log")).find("--gpu-architecture=sm_90a") != std::string::npos);
   fs::remove_all(dir);
 }
 
@@ -240,7 +235,7 @@ TEST_CASE("MLAJIT_DUMP_DIR: variants and archs never overwrite each other, a reb
   CHECK(after_four.size() == 4 * 4);  // .cu .ptx .cubin .log each
   for (const auto& [base, cubin] : cubin_of) {
     CAPTURE(base);
-    CHECK(slurp(dir / (base + ".cubin")) == cubin);  // nobody overwrote it
+    CHECK(read_file(dir / (base + ".cubin")) == cubin);  // nobody overwrote it
     for (const char* ext : {".cu", ".ptx", ".log"}) CHECK(fs::exists(dir / (base + ext)));
   }
   Compiler::global().compile(a, "sm_90a");  // the same variant for the same target again

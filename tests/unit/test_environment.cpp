@@ -1,6 +1,7 @@
 // The environment variables: config::variables() names every MLAJIT_* variable the library's
 // sources read, and the README's table and `mlajit --help` list each of them.
 #include "shell_command.hpp"
+#include "temp_dir.hpp"
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -16,12 +17,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using mlajit::testing::read_file;
 
 }  // namespace
 
